@@ -1,0 +1,40 @@
+# empriv — the two commands: `make repro` (run the pipeline) and `make test` (run the tests).
+# Both bootstrap .venv first; the bootstrap is idempotent (a second call installs nothing).
+#
+# TORCH_SPEC selects the torch build: the default is the CPU build for these machines.
+# On a CUDA workstation, e.g.:  make repro TORCH_SPEC='torch==2.13.0 --index-url <your CUDA wheel index>'
+
+PYTHON     ?= python3
+VENV       ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN        := $(VENV)/bin
+STAMP      := $(VENV)/.installed-$(shell printf '%s' '$(TORCH_SPEC)' | cksum | cut -d' ' -f1)
+
+export PATH := $(abspath $(BIN)):$(PATH)
+export WANDB_MODE ?= offline
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: repro test venv summary clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade "pip>=24"
+	$(BIN)/pip install -q $(TORCH_SPEC)
+	$(BIN)/pip install -q -c requirements.lock -e '.[test]'
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+repro: $(STAMP)
+	$(BIN)/dvc repro
+	@$(BIN)/empriv summary
+
+summary: $(STAMP)
+	@$(BIN)/empriv summary
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,70 @@
+"""The ``empriv`` command: library utilities that are useful outside the pipeline.
+
+    empriv summary [--json]          print the per-ε summary of the last `dvc repro`
+    empriv validate [PARAMS]         validate params.yaml (exit 2 with the reasons if invalid)
+    empriv privacy ...               privacy accounting (calibrate, epsilon, profile, group)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _summary(args) -> int:
+    from empriv.analysis.variance import format_summary
+
+    path = Path(args.path)
+    if not path.exists():
+        print(f"error: {path} does not exist: run `make repro` (or `dvc repro`) first", file=sys.stderr)
+        return 2
+    summary = json.loads(path.read_text())
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"empriv summary ({summary['n_runs']} runs, {path})")
+        print(format_summary(summary["per_epsilon"], summary["scores"]))
+    return 0
+
+
+def _validate(args) -> int:
+    from empriv.config import ConfigError, load_params
+
+    try:
+        params = load_params(args.params)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.params}: valid ({len(params.runs())} configurations in the cube)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="empriv", description="empirical privacy of DP fine-tuning")
+    sub = ap.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("summary", help="print metrics/summary.json as a table")
+    s.add_argument("--path", default="metrics/summary.json")
+    s.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    s.set_defaults(func=_summary)
+    v = sub.add_parser("validate", help="validate a params file")
+    v.add_argument("params", nargs="?", default="params.yaml")
+    v.set_defaults(func=_validate)
+    try:
+        from empriv.privacy.cli import add_privacy_parser
+    except ImportError:  # pragma: no cover - the privacy CLI ships with the privacy package
+        add_privacy_parser = None
+    if add_privacy_parser is not None:
+        add_privacy_parser(sub)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rc = args.func(args)
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,371 @@
+"""Typed, validated view of ``params.yaml`` — the one place every stage loads its parameters from.
+
+A bad value fails here, before any work starts, with a :class:`ConfigError` (a ``ValueError``)
+naming the field, the value and what is allowed. ``params.yaml`` is read with ruamel.yaml, the
+YAML 1.2 parser DVC itself uses, so ``1e-2`` means the same number to DVC and to empriv.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+KNOWN_BASES = ("tiny-gpt2",)
+DATA_SOURCES = ("synthetic", "enron", "tofu")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class ConfigError(ValueError):
+    """Invalid parameters: the message names every offending field, its value and what is allowed."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuntimeParams(_Section):
+    device: str = "auto"
+    threads: int = Field(2, ge=1)
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    wandb_project: str = "empriv"
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v not in ("auto", "cpu", "cuda", "mps") and not re.fullmatch(r"cuda:\d+", v):
+            raise ValueError("must be one of auto, cpu, cuda, cuda:N, mps")
+        return v
+
+
+class DataParams(_Section):
+    source: str = "synthetic"
+    path: str | None = None
+    n_train: int = Field(3000, ge=10)
+    n_validation: int = Field(200, ge=1)
+    n_test: int = Field(300, ge=1)
+    n_public: int = Field(6000, ge=10)
+    secret_frequencies: list[float] = [0.03, 0.025, 0.02, 0.015, 0.01, 0.005, 0.002, 0.001, 0.0005]
+    seed: int = 0
+
+    @field_validator("secret_frequencies")
+    @classmethod
+    def _freqs(cls, v: list[float]) -> list[float]:
+        for i, f in enumerate(v):
+            if not 0 < f < 1:
+                raise ValueError(f"[{i}] must be in (0, 1), got {f}")
+        if sum(v) >= 1:
+            raise ValueError(f"must sum to < 1, got {sum(v):g}")
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        if v not in DATA_SOURCES:
+            raise ValueError(f"must be one of {', '.join(DATA_SOURCES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _path(self) -> "DataParams":
+        if self.source != "synthetic":
+            if not self.path:
+                raise ValueError(f"data.path is required when data.source is {self.source!r}")
+            if not Path(self.path).expanduser().exists():
+                raise ValueError(f"data.path {self.path!r} does not exist")
+        return self
+
+
+class TokenizerParams(_Section):
+    kind: Literal["bpe", "gpt2"] = "bpe"
+    vocab_size: int = Field(2048, ge=300, le=100_000)
+
+
+class BaseParams(_Section):
+    name: str = "tiny-gpt2"
+    n_layer: int = Field(2, ge=1)
+    n_embd: int = Field(64, ge=8)
+    n_head: int = Field(2, ge=1)
+    seq_len: int = Field(64, ge=8, le=4096)
+    pretrain_steps: int = Field(600, ge=0)
+    pretrain_batch_size: int = Field(32, ge=1)
+    pretrain_learning_rate: float = Field(3e-3, gt=0)
+    seed: int = 0
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if v in KNOWN_BASES:
+            return v
+        if v.startswith(("/", ".", "~")):
+            if not Path(v).expanduser().exists():
+                raise ValueError(f"local model path does not exist; known bases: {', '.join(KNOWN_BASES)}")
+            return v
+        if _HUB_ID.match(v):
+            return v
+        raise ValueError(f"unknown base model; allowed: {', '.join(KNOWN_BASES)}, a local path, or a hub id org/name")
+
+    @model_validator(mode="after")
+    def _heads(self) -> "BaseParams":
+        if self.n_embd % self.n_head:
+            raise ValueError(f"base.n_embd ({self.n_embd}) must be divisible by base.n_head ({self.n_head})")
+        return self
+
+
+class SecretsParams(_Section):
+    split_rule: Literal["last_word", "half"] = "last_word"
+    min_continuation_chars: int = Field(4, ge=1)
+    overrides: str | None = None
+
+    @field_validator("overrides")
+    @classmethod
+    def _overrides(cls, v: str | None) -> str | None:
+        if v is not None and not Path(v).exists():
+            raise ValueError("overrides file does not exist")
+        return v
+
+
+class PrivacyParams(_Section):
+    delta: float | None = None
+    delta_exponent: float = Field(1.1, gt=0)
+    accountant: Literal["prv", "rdp", "pld"] = "prv"
+
+    @field_validator("delta")
+    @classmethod
+    def _delta(cls, v: float | None) -> float | None:
+        if v is not None and not 0 < v < 1:
+            raise ValueError("must be in (0, 1) or null for n^-delta_exponent")
+        return v
+
+
+class LoraParams(_Section):
+    rank: int = Field(8, ge=1)
+    alpha: float = Field(16.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = ["c_attn", "c_proj"]
+
+
+class TrainParams(_Section):
+    method: Literal["full", "lora"] = "full"
+    optimizer: Literal["adam", "sgd"] = "adam"
+    clip_norm: float = Field(1.0, gt=0)
+    micro_batch_size: int = Field(64, ge=1)
+    sampler: Literal["poisson"] = "poisson"
+    log_every: int = Field(1, ge=1)
+    lora: LoraParams = LoraParams()
+
+
+def _parse_epsilon(v: Any) -> float:
+    if isinstance(v, str) and v.strip().lower() in ("inf", ".inf", "infinity"):
+        return math.inf
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"must be a number > 0 or 'inf', got {v!r}")
+    return float(v)
+
+
+class CubeParams(_Section):
+    epsilon: list[float]
+    batch_size: list[int]
+    steps: list[int]
+    learning_rate: list[float]
+    seed: list[int]
+
+    @field_validator("epsilon", mode="before")
+    @classmethod
+    def _eps_parse(cls, v: Any) -> Any:
+        if not isinstance(v, list):
+            raise ValueError("must be a list")
+        out = []
+        for i, e in enumerate(v):
+            try:
+                e = _parse_epsilon(e)
+            except ValueError as err:
+                raise ValueError(f"[{i}] {err}") from None
+            if not e > 0:
+                raise ValueError(f"[{i}] must be > 0 (or 'inf'), got {e:g}")
+            out.append(e)
+        return out
+
+    @field_validator("batch_size", "steps")
+    @classmethod
+    def _positive_ints(cls, v: list[int]) -> list[int]:
+        for i, x in enumerate(v):
+            if x < 1:
+                raise ValueError(f"[{i}] must be >= 1, got {x}")
+        return v
+
+    @field_validator("learning_rate")
+    @classmethod
+    def _lr(cls, v: list[float]) -> list[float]:
+        for i, x in enumerate(v):
+            if not (x > 0 and math.isfinite(x)):
+                raise ValueError(f"[{i}] must be a finite number > 0, got {x}")
+        return v
+
+    @field_validator("epsilon", "batch_size", "steps", "learning_rate", "seed")
+    @classmethod
+    def _nonempty_unique(cls, v: list) -> list:
+        if not v:
+            raise ValueError("must list at least one value")
+        if len(set(v)) != len(v):
+            raise ValueError(f"has duplicate values {v}")
+        return v
+
+
+class ScoreParams(_Section):
+    vmr_samples: int = Field(10, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_k: int = Field(50, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    n_controls: int = Field(20, ge=1)
+    eval_batch_size: int = Field(64, ge=1)
+    seed: int = 0
+
+
+class AnalyzeParams(_Section):
+    scores: list[str] = ["exposure_gap_mean", "continuation_nll_mean", "vmr_mean", "test_nll"]
+
+
+class Params(_Section):
+    runtime: RuntimeParams = RuntimeParams()
+    data: DataParams = DataParams()
+    tokenizer: TokenizerParams = TokenizerParams()
+    base: BaseParams = BaseParams()
+    secrets: SecretsParams = SecretsParams()
+    privacy: PrivacyParams = PrivacyParams()
+    train: TrainParams = TrainParams()
+    cube: CubeParams
+    score: ScoreParams = ScoreParams()
+    analyze: AnalyzeParams = AnalyzeParams()
+
+    @model_validator(mode="after")
+    def _cross(self) -> "Params":
+        n = self.data.n_train
+        for i, b in enumerate(self.cube.batch_size):
+            if b > n:
+                raise ValueError(f"cube.batch_size[{i}] = {b} must be <= data.n_train = {n}")
+        return self
+
+    # ----------------------------------------------------------------- derived values
+    def delta_for(self, n: int) -> float:
+        """δ of the guarantee: params' δ, or n^-delta_exponent (the research's δ = n^-1.1)."""
+        return self.privacy.delta if self.privacy.delta is not None else float(n) ** (-self.privacy.delta_exponent)
+
+    def runs(self) -> list["RunConfig"]:
+        c = self.cube
+        return [RunConfig(e, b, t, lr, s) for e, b, t, lr, s in product(c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed)]
+
+
+def format_number(x: float | int) -> str:
+    """Format a cube value the way DVC interpolates it into ``dvc.yaml`` (``str`` of the YAML value)."""
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e16:
+        return str(int(x))
+    return str(x)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One point of the cube: (ε, b, T, η, seed)."""
+
+    epsilon: float
+    batch_size: int
+    steps: int
+    learning_rate: float
+    seed: int
+
+    @property
+    def private(self) -> bool:
+        return math.isfinite(self.epsilon)
+
+    @property
+    def name(self) -> str:
+        return config_name(self.epsilon, self.batch_size, self.steps, self.learning_rate, self.seed)
+
+    @property
+    def group(self) -> str:
+        """The configuration without its seed (runs that differ only by seed share a group)."""
+        return self.name.rsplit("-s", 1)[0]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "epsilon": format_number(self.epsilon) if not self.private else self.epsilon,
+            "batch_size": self.batch_size,
+            "steps": self.steps,
+            "learning_rate": self.learning_rate,
+            "seed": self.seed,
+        }
+
+
+def config_name(epsilon: float, batch_size: int, steps: int, learning_rate: float, seed: int) -> str:
+    """Name of a run, identical to the one ``dvc.yaml`` builds from the matrix item."""
+    return (
+        f"eps{format_number(epsilon)}-b{batch_size}-T{steps}-lr{format_number(learning_rate)}-s{seed}"
+    )
+
+
+# --------------------------------------------------------------------------- loading
+def read_yaml(path: str | Path) -> Any:
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    with open(path, encoding="utf-8") as fh:
+        return yaml.load(fh)
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ""
+        for part in e["loc"]:
+            loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (not a parameter of this section)"
+        elif e["type"] == "missing":
+            msg = "is required"
+        value = e.get("input")
+        shown = "" if e["type"] in ("missing",) or isinstance(value, dict) else f" (got {value!r})"
+        lines.append(f"  {loc or '<root>'}: {msg}{shown}")
+    return "invalid parameters:\n" + "\n".join(lines)
+
+
+def parse_params(raw: Any) -> Params:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"params must be a mapping of sections, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err)) from None
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Load and validate ``params.yaml``; raises :class:`ConfigError` on any invalid value."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"params file {str(path)!r} does not exist")
+    try:
+        raw = read_yaml(path)
+    except Exception as err:  # ruamel raises many kinds
+        raise ConfigError(f"params file {str(path)!r} is not valid YAML: {err}") from None
+    return parse_params(raw)
+
+
+def run_from_args(params: Params, args) -> RunConfig:
+    """The cube point named on a stage's command line; it must belong to the current cube."""
+    try:
+        epsilon = _parse_epsilon(args.epsilon if not isinstance(args.epsilon, str) else
+                                 (args.epsilon if args.epsilon.lower() in ("inf", ".inf", "infinity") else float(args.epsilon)))
+    except ValueError as err:
+        raise ConfigError(f"--epsilon: {err}") from None
+    run = RunConfig(epsilon, int(args.batch_size), int(args.steps), float(args.learning_rate), int(args.seed))
+    if run not in params.runs():
+        raise ConfigError(f"configuration {run.name} is not in params.yaml's cube")
+    if args.name != run.name:
+        raise ConfigError(f"--name {args.name!r} does not match the configuration's name {run.name!r}")
+    return run

@@ -1,0 +1,88 @@
+"""The one place that knows how to build or load a named base model.
+
+Today: ``tiny-gpt2`` — a GPT-2 architecture built from a config (sizes in params) and pre-trained
+non-privately on the public split. A local directory saved by Hugging Face (``save_pretrained``)
+also loads. Hub ids are accepted by the config for GPU workstations with network access; the
+real SmolLM2-135M base is another issue and not built yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from empriv.config import BaseParams
+
+log = logging.getLogger("empriv.models")
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"runtime.device is {device!r} but CUDA is not available; use 'auto' or 'cpu'")
+    return torch.device(device)
+
+
+def build_tiny_gpt2(base: BaseParams, vocab_size: int, eos_id: int):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=base.seq_len,
+        n_embd=base.n_embd,
+        n_layer=base.n_layer,
+        n_head=base.n_head,
+        bos_token_id=eos_id,
+        eos_token_id=eos_id,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(base.seed)
+    return GPT2LMHeadModel(config)
+
+
+def load_model(directory: str | Path):
+    """Load a causal LM saved with ``save_pretrained`` (config.json + model.safetensors)."""
+    from transformers import AutoModelForCausalLM
+
+    directory = Path(directory)
+    if not (directory / "config.json").exists():
+        raise FileNotFoundError(f"{directory}/config.json (no model saved there)")
+    model = AutoModelForCausalLM.from_pretrained(str(directory))
+    model.eval()
+    return model
+
+
+def pretrain(model, ids: torch.Tensor, mask: torch.Tensor, base: BaseParams, device: torch.device) -> list[float]:
+    """Non-private pre-training on the public split (Adam, cosine decay); returns the loss curve."""
+    from tqdm import tqdm
+
+    from empriv.models.lm import per_sample_mean_nll
+
+    model.to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=base.pretrain_learning_rate, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / max(1, base.pretrain_steps)))
+    )
+    gen = torch.Generator().manual_seed(base.seed)
+    losses = []
+    t0 = time.time()
+    for _ in tqdm(range(base.pretrain_steps), desc="pre-train base", mininterval=5, disable=None):
+        idx = torch.randint(0, ids.shape[0], (base.pretrain_batch_size,), generator=gen)
+        loss = per_sample_mean_nll(model, ids[idx].to(device), mask[idx].to(device)).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+    log.info("pre-trained %d steps in %.1f s, final loss %.3f", base.pretrain_steps, time.time() - t0, losses[-1] if losses else float("nan"))
+    model.eval()
+    return losses

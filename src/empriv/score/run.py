@@ -1,0 +1,53 @@
+"""The score stage for one configuration: utility and memorisation → metrics/score/<config>.json."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from empriv.config import Params, RunConfig
+from empriv.io import read_jsonl, write_json
+
+log = logging.getLogger("empriv.score")
+
+SCORE_METRICS_DIR = Path("metrics/score")
+
+
+def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = None, metrics_dir: str | Path = SCORE_METRICS_DIR) -> dict:
+    import torch
+
+    from empriv.data.splits import load_texts
+    from empriv.models.adapters import load_finetuned
+    from empriv.models.base import BASE_DIR, TOKENIZER_DIR
+    from empriv.models.lm import encode_fixed, mean_token_nll
+    from empriv.models.tokenizer import Tokenizer
+    from empriv.score.memorization import aggregate, make_controls, score_secrets
+    from empriv.secrets.stage import SECRETS_PATH
+    from empriv.train.run import MODELS_DIR
+
+    t0 = time.time()
+    sp = params.score
+    tok = Tokenizer.load(TOKENIZER_DIR)
+    model = load_finetuned(model_dir or (MODELS_DIR / run.name), BASE_DIR)
+    secrets = read_jsonl(SECRETS_PATH)
+    with torch.no_grad():
+        test_ids, test_mask = encode_fixed(tok.encode_batch(load_texts("test")), tok.eos_id, params.base.seq_len)
+        test_nll = mean_token_nll(model, test_ids, test_mask, sp.eval_batch_size)
+        rows = score_secrets(model, tok, secrets, make_controls(secrets, sp.n_controls, sp.seed), sp)
+    metrics = {
+        "config": run.name,
+        **run.as_dict(),
+        "test_nll": test_nll,
+        **aggregate(rows),
+        "n_secrets": len(rows),
+        "vmr_protocol": {"samples": sp.vmr_samples, "temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
+                         "max_new_tokens": "token length of s2"},
+        "n_controls": sp.n_controls,
+        "per_secret": rows,
+        "wall_time_s": time.time() - t0,
+    }
+    write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
+    log.info("%s: test NLL %.4f, gap mean %.3f, cont. NLL mean %.3f, VMR mean %.3f (%.1f s)", run.name, test_nll,
+             metrics["exposure_gap_mean"], metrics["continuation_nll_mean"], metrics["vmr_mean"], metrics["wall_time_s"])
+    return metrics

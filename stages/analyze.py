@@ -1,0 +1,13 @@
+"""analyze: every run in one table → metrics/runs.csv, per-ε statistics → metrics/summary.json."""
+
+from empriv.stage import run_stage
+
+
+def main(params):
+    from empriv.analysis.stage import analyze
+
+    analyze(params)
+
+
+if __name__ == "__main__":
+    run_stage(main)
