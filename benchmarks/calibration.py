@@ -4,7 +4,13 @@ Run:  nice python benchmarks/calibration.py [--quick]
 
 For each configuration (n, b, T, ε, δ; q = b/n) it times both calibrations (empriv
 without its disk cache, so both compute from scratch), prints both σ, their ratio and
-the speed-up, then the median speed-up and the worst relative σ difference.  It also
+the speed-up, then the median speed-up and the worst relative σ difference.
+
+opacus stops its bisection once ε(σ) is within ``epsilon_tolerance`` = 0.01 *below*
+the target, so its default σ overshoots the smallest valid σ by up to ~1 % at ε = 1.
+The σ-accuracy criterion is therefore checked against opacus run with
+``epsilon_tolerance = 1e-4 * ε`` ("tight"); the difference to the default call is
+printed as well, and ``eps_op`` is opacus' own PRV ε at empriv's σ (must be <= ε).  It also
 times the small "cube" configurations the pipeline uses.  Exit status 1 if the median
 speed-up is < 5 or the worst σ difference is > 0.3 %.
 """
@@ -49,6 +55,7 @@ def main(argv=None) -> int:
 
     warnings.filterwarnings("ignore")
     t0 = time.perf_counter()
+    from opacus.accountants.prv import PRVAccountant as OpacusPRV
     from opacus.accountants.utils import get_noise_multiplier
 
     from empriv.privacy.accounting import calibrate_noise_multiplier, epsilon_for
@@ -62,10 +69,11 @@ def main(argv=None) -> int:
     configs = CONFIGS[:4] if args.quick else CONFIGS
     header = (f"{'n':>7} {'b':>5} {'T':>5} {'eps':>4} {'delta':>6} {'q':>8} | "
               f"{'t_opacus':>8} {'t_empriv':>8} {'speedup':>7} | "
-              f"{'sigma_opacus':>12} {'sigma_empriv':>12} {'ratio':>8} {'eps(empriv)':>11}")
+              f"{'sigma_opacus':>12} {'sigma_empriv':>12} {'ratio':>8} "
+              f"{'sigma_op_tight':>14} {'ratio_t':>8} {'eps_op':>8}")
     print(header)
     print("-" * len(header))
-    speedups, diffs = [], []
+    speedups, diffs, diffs_t = [], [], []
     for n, b, steps, eps, delta in configs:
         q = b / n
         t = time.perf_counter()
@@ -76,16 +84,27 @@ def main(argv=None) -> int:
         cal = calibrate_noise_multiplier(eps, delta, q, steps, accountant="prv", cache=False)
         t_em = time.perf_counter() - t
         ratio = cal.noise_multiplier / s_op
+        s_tight = get_noise_multiplier(target_epsilon=eps, target_delta=delta, sample_rate=q,
+                                       steps=steps, accountant="prv",
+                                       epsilon_tolerance=1e-4 * eps)
+        ratio_t = cal.noise_multiplier / s_tight
+        acc = OpacusPRV()
+        acc.history = [(cal.noise_multiplier, q, steps)]
+        eps_op = acc.get_epsilon(delta=delta)
         speedups.append(t_op / t_em)
         diffs.append(abs(ratio - 1))
+        diffs_t.append(abs(ratio_t - 1))
         print(f"{n:>7} {b:>5} {steps:>5} {eps:>4g} {delta:>6.0e} {q:>8.5f} | "
               f"{t_op:>7.2f}s {t_em:>7.2f}s {t_op / t_em:>6.1f}x | "
-              f"{s_op:>12.6f} {cal.noise_multiplier:>12.6f} {ratio:>8.5f} {cal.epsilon:>11.5f}"
+              f"{s_op:>12.6f} {cal.noise_multiplier:>12.6f} {ratio:>8.5f} "
+              f"{s_tight:>14.6f} {ratio_t:>8.5f} {eps_op:>8.5f}"
               + ("" if cal.accountant == "prv" else f"  [{cal.accountant}]"))
     med = statistics.median(speedups)
-    worst = max(diffs)
+    worst = max(diffs_t)
     print(f"median speed-up: {med:.1f}x   (min {min(speedups):.1f}x, max {max(speedups):.1f}x)")
-    print(f"worst sigma difference: {100 * worst:.3f} %")
+    print(f"worst sigma difference vs opacus tight (eps tol 1e-4*eps): {100 * worst:.3f} %")
+    print(f"worst sigma difference vs opacus default (eps tol 0.01):    {100 * max(diffs):.3f} %"
+          "  (opacus overshoots; empriv's sigma is smaller and still valid, see eps_op)")
 
     print("\n# pipeline cube configurations (empriv prv, no cache)")
     for q, steps, eps, delta in CUBE:
@@ -97,7 +116,8 @@ def main(argv=None) -> int:
               f"eps={check:.5f} time={dt:.3f}s")
 
     ok = med >= 5 and worst <= 0.003
-    print("\nRESULT:", "PASS" if ok else "FAIL", "(need median speed-up >= 5x and worst sigma diff <= 0.3 %)")
+    print("\nRESULT:", "PASS" if ok else "FAIL",
+          "(need median speed-up >= 5x and worst sigma diff vs tight opacus <= 0.3 %)")
     return 0 if ok else 1
 
 

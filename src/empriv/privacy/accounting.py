@@ -153,9 +153,9 @@ class Accountant:
     def delta(self, sigma: float, q: float, steps: int, epsilon: float) -> float:
         raise NotImplementedError
 
-    def locate(self, target: float, delta: float, q: float, steps: int) -> tuple[float, float]:
-        """Cheap approximate σ for ``target`` ε, and its relative uncertainty."""
-        return _analytic_guess(target, delta, q, steps), 0.5
+    def locate(self, target: float, delta: float, q: float, steps: int, tol: float):
+        """Cheap accurate estimate (σ*, d log ε / d log σ) of the root, or None."""
+        return None
 
 
 #: name -> accountant instance.  The only place to touch when adding one.
@@ -172,7 +172,7 @@ def _analytic_guess(target: float, delta: float, q: float, steps: int) -> float:
     """Rough σ from the moments-accountant/Gaussian approximation (only a starting point)."""
     # ε ≈ q sqrt(T) sqrt(2 log(1.25/δ)) / σ for small q; full-batch Gaussian if q = 1.
     s = q * math.sqrt(steps) * math.sqrt(2 * math.log(1.25 / delta)) / target
-    return min(max(s, 0.3), MAX_SIGMA / 2)
+    return min(max(s, 0.5), MAX_SIGMA / 2)
 
 
 def _finite_or_raise(name: str, value: float) -> float:
@@ -194,13 +194,15 @@ _PRV_MAX_POINTS = 8_000_000  # beyond this the PRV grid is too large ("cannot an
 _F64_EPS = 2.220446049250313e-16
 
 
-def _psg_cdf_sf(t, q: float, sigma: float):
-    """CDF and survival function of the PRV of the Poisson-subsampled Gaussian.
+def _psg_tail(t, q: float, sigma: float):
+    """Tail probabilities of the PRV of the Poisson-subsampled Gaussian.
 
-    With z = log(1 + (e^t - 1)/q), A = (2σ²z - 1)/(2√2σ), B = (2σ²z + 1)/(2√2σ):
-    sf(t) = q/2 erfc(A) + (1-q)/2 erfc(B) and cdf(t) = q/2 erfc(-A) + (1-q)/2 erfc(-B)
-    for t > log(1-q) (the support's lower end), which is prv-accountant's closed
-    form rewritten so that neither tail suffers from cancellation.
+    Returns (tail, left): tail = CDF(t) where left (t <= 0) and the survival function
+    1 - CDF(t) elsewhere.  With z = log(1 + (e^t - 1)/q), A = (2σ²z - 1)/(2√2σ) and
+    B = (2σ²z + 1)/(2√2σ):  sf = q/2 erfc(A) + (1-q)/2 erfc(B) and
+    cdf = q/2 erfc(-A) + (1-q)/2 erfc(-B) for t > log(1-q) (the lower end of the
+    support).  This is prv-accountant's closed-form CDF rewritten so that neither
+    tail suffers from cancellation, which makes float64 sufficient.
     """
     import numpy as np
     from scipy.special import erfc
@@ -208,22 +210,29 @@ def _psg_cdf_sf(t, q: float, sigma: float):
     t = np.asarray(t, dtype=float)
     lower = math.log1p(-q) if q < 1 else -math.inf
     inside = t > lower
+    left = t <= 0
     tt = np.where(inside, t, 0.0)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        pos = tt > 0
         z = np.where(
-            pos,
+            tt > 0,
             tt - math.log(q) + np.log1p(-(1 - q) * np.exp(-np.abs(tt))),
             np.log1p(np.expm1(np.minimum(tt, 0.0)) / q),
         )
     c = 2 * math.sqrt(2) * sigma
-    a = (2 * sigma * sigma * z - 1) / c
-    b = (2 * sigma * sigma * z + 1) / c
-    sf = 0.5 * q * erfc(a) + 0.5 * (1 - q) * erfc(b)
-    cdf = 0.5 * q * erfc(-a) + 0.5 * (1 - q) * erfc(-b)
-    sf = np.where(inside, sf, 1.0)
-    cdf = np.where(inside, cdf, 0.0)
-    return cdf, sf
+    sign = np.where(left, -1.0, 1.0)
+    a = sign * (2 * sigma * sigma * z - 1) / c
+    b = sign * (2 * sigma * sigma * z + 1) / c
+    tail = 0.5 * q * erfc(a) + 0.5 * (1 - q) * erfc(b)
+    tail = np.where(inside, tail, 0.0)  # below the support: cdf = 0 (always a left point)
+    return tail, left
+
+
+def _psg_cdf_sf(t, q: float, sigma: float):
+    """(CDF, survival function) of the PRV at t (float64, both tails accurate)."""
+    import numpy as np
+
+    tail, left = _psg_tail(t, q, sigma)
+    return np.where(left, tail, 1.0 - tail), np.where(left, 1.0 - tail, tail)
 
 
 def _log_a_quadrature(q: float, sigma: float, orders):
@@ -271,36 +280,49 @@ def _prv_domain(sigma, q, steps, eps_error, delta_error):
 def _prv_composed(sigma, q, steps, eps_error, delta_error):
     """Discretised T-fold composition: (pmf, grid t) in float64."""
     import numpy as np
-    from scipy.fft import irfft, rfft
+    from scipy.fft import irfft, next_fast_len, rfft
 
     L, dt = _prv_domain(sigma, q, steps, eps_error, delta_error)
     if not math.isfinite(L):
         raise AccountingError(f"prv domain size is not finite (L={L})")
-    # Domain aligned with the origin, even number of nodes (Domain.create_aligned).
-    t_min = math.floor(-L / dt) * dt
-    t_max = math.ceil(L / dt) * dt
-    n = int(round((t_max - t_min) / dt)) + 1
+    # Domain aligned with the origin, even number of nodes (Domain.create_aligned);
+    # then widened by a few nodes on each side to an FFT-friendly length (a wider
+    # domain is still a safe domain).
+    i_min = math.floor(-L / dt)
+    i_max = math.ceil(L / dt)
+    n = i_max - i_min + 1
     if n % 2:
         n += 1
-        t_max += dt
+        i_max += 1
     if n > _PRV_MAX_POINTS:
         raise AccountingError(
             f"prv grid would need {n} points (> {_PRV_MAX_POINTS}) for steps={steps}"
         )
-    dt = (t_max - t_min) / (n - 1)
-    t_max = t_min + (n - 1) * dt
-    t = t_min + dt * np.arange(n, dtype=float)
+    n_fast = next_fast_len(n, real=True)
+    while n_fast % 2:
+        n_fast = next_fast_len(n_fast + 1, real=True)
+    extra = n_fast - n
+    i_min -= extra // 2
+    i_max += extra - extra // 2
+    n = n_fast
+    t = dt * np.arange(i_min, i_max + 1, dtype=float)
+    t_min, t_max = float(t[0]), float(t[-1])
     # Cell-centred discretisation of the PRV truncated to [t_min, t_max].
-    edges = np.clip(t_min - dt / 2 + dt * np.arange(n + 1, dtype=float), t_min, t_max)
-    cdf, sf = _psg_cdf_sf(edges, q, sigma)
-    left = edges[1:] <= 0
-    f = np.where(left, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:])
-    remaining = float(cdf[-1] - cdf[0]) if cdf[0] < 0.5 else float(sf[0] - sf[-1])
+    edges = np.clip(dt * (np.arange(i_min, i_max + 2, dtype=float) - 0.5), t_min, t_max)
+    tail, left = _psg_tail(edges, q, sigma)  # cdf where edge <= 0, survival where > 0
+    f = np.empty(n)
+    both_left = left[1:]
+    both_right = ~left[:-1]
+    f[both_left] = tail[1:][both_left] - tail[:-1][both_left]
+    f[both_right] = tail[:-1][both_right] - tail[1:][both_right]
+    cross = ~(both_left | both_right)
+    f[cross] = (1.0 - tail[1:][cross]) - tail[:-1][cross]
+    remaining = (1.0 - tail[-1]) - tail[0]
     f = f / remaining
-    # Mean-preserving shift: Σ_cell ∫(t - t_c) dF = dt/3 (F(a) + F(b) - 2 F(c)) by Simpson.
-    cc, sc = _psg_cdf_sf(t, q, sigma)
-    second = np.where(t <= 0, cdf[:-1] + cdf[1:] - 2 * cc, -(sf[:-1] + sf[1:] - 2 * sc))
-    shift = float(second.sum()) * dt / 3 / remaining
+    # Mean-preserving shift (prv_accountant CellCentred): continuous minus discrete mean
+    # = sum over cells of int (t - t_c) dF = dt^2/12 (pdf(t_max) - pdf(t_min)) + O(dt^4)
+    # (the cell terms pdf'(t_c) dt^3/12 telescope); pdf at the ends from the end cells.
+    shift = dt / 12.0 * (float(f[-2]) - float(f[1]))
     if not abs(shift) < dt / 2:
         raise AccountingError("discrete mean differs from continuous mean significantly")
     # Self-composition by FFT (prv_accountant.composers.Fourier).
@@ -381,17 +403,18 @@ class PRVAccountant(Accountant):
             raise AccountingError(f"prv ran out of memory: {exc}") from exc
         return min(1.0, max(0.0, _prv_delta_from(fn, tn, epsilon, de, self.eps_error)))
 
-    def locate(self, target, delta, q, steps):
-        # Same algorithm on a 10x coarser grid, reporting with the fine error margin.
+    def locate(self, target, delta, q, steps, tol):
+        # Same algorithm on a 10x coarser grid (~10x cheaper), reporting the fine
+        # error margin; its root is within ~1e-4 relative of the fine one.
         guess = _analytic_guess(target, delta, q, steps)
-        sigma, _ = _solve_smallest_sigma(
+        _, _, root, slope = _solve_smallest_sigma(
             lambda s: self.epsilon(
                 s, q, steps, delta, eps_error=self.coarse_eps_error,
                 report_eps_error=self.eps_error,
             ),
-            target, 2e-3, guess, 0.5,
+            target, tol / 2, guess,
         )
-        return sigma, 1e-3
+        return root, slope
 
 
 @register
@@ -470,13 +493,13 @@ class PLDAccountant(Accountant):
         d = _finite_or_raise("pld", self._pld(sigma, q, steps).get_delta_for_epsilon(epsilon))
         return min(1.0, max(0.0, d))
 
-    def locate(self, target, delta, q, steps):
-        # A coarse PLD (10x coarser grid) is ~10x cheaper and within ~1e-3 in ε.
-        guess = _analytic_guess(target, delta, q, steps)
-        sigma, _ = _solve_smallest_sigma(
-            lambda s: self.epsilon(s, q, steps, delta, vdi=1e-3), target, 1e-2, guess, 0.5
+    def locate(self, target, delta, q, steps, tol):
+        # A 10x coarser PLD grid is ~10x cheaper and within ~1e-3 in ε.
+        _, _, root, slope = _solve_smallest_sigma(
+            lambda s: self.epsilon(s, q, steps, delta, vdi=1e-3), target, tol / 2,
+            _analytic_guess(target, delta, q, steps),
         )
-        return sigma, 0.01
+        return root, slope
 
 
 # ---------------------------------------------------------------------------
@@ -485,91 +508,109 @@ class PLDAccountant(Accountant):
 
 
 def _solve_smallest_sigma(
-    eps_fn: Callable[[float], float], target: float, tol: float, guess: float, spread: float
-) -> tuple[float, float]:
+    eps_fn: Callable[[float], float],
+    target: float,
+    tol: float,
+    guess: float,
+    *,
+    slope: float = -1.5,
+    precise: bool = False,
+) -> tuple[float, float, float, float]:
     """Smallest σ with eps_fn(σ) <= target, to relative tolerance ``tol``.
 
-    ``eps_fn`` must be non-increasing in σ.  Returns (σ_hi, eps_fn(σ_hi)) such
-    that eps_fn(σ_hi) <= target and eps_fn(σ_hi/(1+tol)) > target (both were
-    evaluated).  Works in (log σ, log ε) where ε is close to linear, placing
-    pairs of points around the predicted root so that a good initial guess
-    finishes in two evaluations.
-    """
-    lo: tuple[float, float] | None = None  # (log σ, ε) with ε > target
-    hi: tuple[float, float] | None = None  # (log σ, ε) with ε <= target
-    h = math.log1p(tol) * 0.45
-    log_target = math.log(target)
+    ``eps_fn`` must be non-increasing in σ.  Works in x = log σ, y = log(ε/target),
+    where y is nearly linear (``slope`` = initial guess of dy/dx).  Each new point is
+    placed 0.45·log(1+tol) beyond the predicted root on the side not yet bracketed,
+    so an accurate start (``precise=True``) finishes in two evaluations.
 
-    def evaluate(x: float) -> bool:
+    Returns (σ_hi, ε(σ_hi), root estimate σ*, slope dy/dx) where ε(σ_hi) <= target and
+    ε(σ_hi / (1 + tol)) > target, both evaluated.
+    """
+    H = math.log1p(tol)
+    d = 0.45 * H
+    log_t = math.log(target)
+    lo: tuple[float, float] | None = None  # (x, y) with ε > target
+    hi: tuple[float, float] | None = None  # (x, y) with ε <= target
+    pts: list[tuple[float, float]] = []
+    x_min, x_max = math.log(MIN_SIGMA), math.log(MAX_SIGMA)
+
+    def ev(x: float) -> float:
         nonlocal lo, hi
         e = eps_fn(math.exp(x))
+        if e > 0 and math.isfinite(e):
+            y = math.log(e) - log_t
+        else:
+            y = 50.0 if e > 0 else -50.0
         if e <= target:
             if hi is None or x < hi[0]:
-                hi = (x, e)
-            return True
-        if lo is None or x > lo[0]:
-            lo = (x, e)
-        return False
+                hi = (x, y)
+        elif lo is None or x > lo[0]:
+            lo = (x, y)
+        pts.append((x, y))
+        return y
 
-    def y(e: float) -> float:
-        return math.log(e) - log_target if 0 < e < math.inf else (50.0 if e > 0 else -50.0)
+    def secant_slope(p1, p2, default):
+        if abs(p1[1]) < 40 and abs(p2[1]) < 40 and p1[0] != p2[0]:
+            k = (p2[1] - p1[1]) / (p2[0] - p1[0])
+            if k < 0:
+                return min(max(k, -20.0), -0.1)
+        return default
 
-    x0 = math.log(guess)
-    s = max(math.log1p(spread), h)
-    if s <= h * 1.01:
-        evaluate(x0 + h) and evaluate(x0 - h)
-    else:
-        evaluate(x0 + s) and evaluate(x0 - s)
-    # Expand until bracketed.
-    step = max(s, 0.25)
-    while hi is None:
-        x = lo[0] + step
-        if x > math.log(MAX_SIGMA):
+    x = math.log(guess) + (d if precise else 0.0)
+    y = ev(x)
+    k = slope
+    # Phase A: bracket the root.
+    while lo is None or hi is None:
+        if len(pts) >= 2:
+            k = secant_slope(pts[-2], pts[-1], k)
+        r = x - y / k if abs(y) < 40 else x + (1.0 if y > 0 else -1.0)
+        nx = r + d if y > 0 else r - d
+        step = nx - x
+        if abs(step) > 1.5:
+            step = math.copysign(1.5, step)
+        if y > 0:
+            step = max(step, d)
+        else:
+            step = min(step, -d)
+        x = x + step
+        if x > x_max:
             raise AccountingError(
-                f"target epsilon not reached even with noise_multiplier {MAX_SIGMA:g}"
+                f"target epsilon {target:g} not reached even with noise_multiplier {MAX_SIGMA:g}"
             )
-        evaluate(x)
-        step *= 2
-    step = max(s, 0.25)
-    while lo is None:
-        x = hi[0] - step
-        if x < math.log(MIN_SIGMA):
-            # Even a tiny σ meets the target; report the smallest σ we support.
-            return math.exp(hi[0]), hi[1]
-        evaluate(x)
-        step *= 2
-    # Refine.
-    side_count = 0
-    last_side = None
-    for _ in range(200):
-        xl, el = lo
-        xh, eh = hi
+        if x < x_min:
+            # Even a tiny σ meets the target: report the smallest σ supported.
+            return math.exp(hi[0]), math.exp(hi[1]) * target, math.exp(hi[0]), k
+        y = ev(x)
+    # Phase B: shrink the bracket [lo, hi] to width log(1+tol).
+    same_side = 0
+    last_hi = pts[-1][1] <= 0 if pts else True
+    for _ in range(100):
+        (xl, yl), (xh, yh) = lo, hi
         width = xh - xl
-        if width <= math.log1p(tol):
+        if width <= H:
             break
-        yl, yh = y(el), y(eh)
-        if yl > 40 or yh < -40 or side_count >= 2:
-            r = 0.5 * (xl + xh)
-            side_count = 0
+        # Secant slope from the two most recent points (closest to the root), root
+        # predicted from the bracket end nearest to it.
+        k = secant_slope(pts[-2], pts[-1], k) if len(pts) >= 2 else k
+        bx, by = lo if abs(yl) < abs(yh) else hi
+        r = bx - by / k if abs(by) < 40 else 0.5 * (xl + xh)
+        if width <= 2 * H:
+            c = min(max(r, xh - H), xl + H)  # either outcome leaves a bracket <= H
+        elif same_side >= 3:
+            c = 0.5 * (xl + xh)
         else:
-            r = xl + width * yl / (yl - yh) if yl != yh else 0.5 * (xl + xh)
-        margin = min(h, width / 4)
-        if width <= 2 * h / 0.9:
-            # One more point splits the bracket into two halves that are both small enough.
-            went_hi = evaluate(0.5 * (xl + xh))
-        else:
-            a = min(max(r + h, xl + margin), xh - margin)
-            went_hi = evaluate(a)
-            if went_hi:
-                b = min(max(a - 2 * h, xl + margin), a - margin)
-                if b > lo[0]:
-                    evaluate(b)
-        side = "hi" if went_hi else "lo"
-        side_count = side_count + 1 if side == last_side else 1
-        last_side = side
+            c = r - d if last_hi else r + d
+            m = min(d / 4, width / 4)
+            c = min(max(c, xl + m), xh - m)
+        went_hi = ev(c) <= 0
+        same_side = same_side + 1 if went_hi == last_hi else 0
+        last_hi = went_hi
     else:  # pragma: no cover - defensive
         raise AccountingError("noise multiplier search did not converge")
-    return math.exp(hi[0]), hi[1]
+    (xl, yl), (xh, yh) = lo, hi
+    k = secant_slope(lo, hi, k)
+    root = xl - yl / k if abs(yl) < 40 else xh
+    return math.exp(xh), math.exp(yh) * target, math.exp(min(max(root, xl), xh)), k
 
 
 # ---------------------------------------------------------------------------
@@ -683,10 +724,16 @@ def delta_for(noise_multiplier, sample_rate, steps, epsilon, accountant="prv") -
 
 
 def _calibrate_with(acc: Accountant, target, delta, q, steps, tol) -> tuple[float, float]:
-    guess, spread = acc.locate(target, delta, q, steps)
-    return _solve_smallest_sigma(
-        lambda s: acc.epsilon(s, q, steps, delta), target, tol, guess, spread
+    loc = acc.locate(target, delta, q, steps, tol)
+    if loc is None:
+        guess, slope, precise = _analytic_guess(target, delta, q, steps), -1.5, False
+    else:
+        (guess, slope), precise = loc, True
+    sigma, eps, _, _ = _solve_smallest_sigma(
+        lambda s: acc.epsilon(s, q, steps, delta), target, tol, guess,
+        slope=slope, precise=precise,
     )
+    return sigma, eps
 
 
 def calibrate_noise_multiplier(
