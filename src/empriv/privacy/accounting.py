@@ -191,6 +191,7 @@ def _finite_or_raise(name: str, value: float) -> float:
 
 _PRV_ORDERS = [1.0 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 _PRV_MAX_POINTS = 8_000_000  # beyond this the PRV grid is too large ("cannot answer")
+_PRV_FAST_LEN = True
 _F64_EPS = 2.220446049250313e-16
 
 
@@ -298,7 +299,7 @@ def _prv_composed(sigma, q, steps, eps_error, delta_error):
         raise AccountingError(
             f"prv grid would need {n} points (> {_PRV_MAX_POINTS}) for steps={steps}"
         )
-    n_fast = next_fast_len(n, real=True)
+    n_fast = next_fast_len(n, real=True) if _PRV_FAST_LEN else n
     while n_fast % 2:
         n_fast = next_fast_len(n_fast + 1, real=True)
     extra = n_fast - n
@@ -319,10 +320,21 @@ def _prv_composed(sigma, q, steps, eps_error, delta_error):
     f[cross] = (1.0 - tail[1:][cross]) - tail[:-1][cross]
     remaining = (1.0 - tail[-1]) - tail[0]
     f = f / remaining
-    # Mean-preserving shift (prv_accountant CellCentred): continuous minus discrete mean
-    # = sum over cells of int (t - t_c) dF = dt^2/12 (pdf(t_max) - pdf(t_min)) + O(dt^4)
-    # (the cell terms pdf'(t_c) dt^3/12 telescope); pdf at the ends from the end cells.
-    shift = dt / 12.0 * (float(f[-2]) - float(f[1]))
+    # Mean-preserving shift (prv_accountant CellCentred): continuous minus discrete
+    # mean = sum over cells of int (t - t_c) dF = dt/3 (F(a) + F(b) - 2 F(c)) (Simpson),
+    # using the CDF on the left of 0 and the survival function on the right.
+    tail_c, left_c = _psg_tail(t, q, sigma)
+    all_left = left[1:] & left_c
+    all_right = ~left[:-1] & ~left_c
+    sec = np.empty(n)
+    sec[all_left] = tail[:-1][all_left] + tail[1:][all_left] - 2 * tail_c[all_left]
+    sec[all_right] = -(tail[:-1][all_right] + tail[1:][all_right] - 2 * tail_c[all_right])
+    mixed = ~(all_left | all_right)
+    fa = np.where(left[:-1], tail[:-1], 1.0 - tail[:-1])[mixed]
+    fb = np.where(left[1:], tail[1:], 1.0 - tail[1:])[mixed]
+    fc = np.where(left_c, tail_c, 1.0 - tail_c)[mixed]
+    sec[mixed] = fa + fb - 2 * fc
+    shift = float(sec.sum()) * dt / 3.0 / remaining
     if not abs(shift) < dt / 2:
         raise AccountingError("discrete mean differs from continuous mean significantly")
     # Self-composition by FFT (prv_accountant.composers.Fourier).
@@ -595,7 +607,8 @@ def _solve_smallest_sigma(
         bx, by = lo if abs(yl) < abs(yh) else hi
         r = bx - by / k if abs(by) < 40 else 0.5 * (xl + xh)
         if width <= 2 * H:
-            c = min(max(r, xh - H), xl + H)  # either outcome leaves a bracket <= H
+            # Either outcome leaves a bracket <= H (kept off the ends for progress).
+            c = min(max(r, xh - H, xl + 0.1 * width), xl + H, xh - 0.1 * width)
         elif same_side >= 3:
             c = 0.5 * (xl + xh)
         else:
