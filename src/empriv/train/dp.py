@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +73,8 @@ def dp_finetune(
     optimizer = make_optimizer(tp.optimizer, trainable, run.learning_rate)
     private = noise_multiplier is not None
     if private:
+        # opacus' hooks fire on the first layer although token ids need no gradient: harmless.
+        warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
         from opacus import GradSampleModule
         from opacus.optimizers import DPOptimizer
 

@@ -92,8 +92,6 @@ def train_run(params: Params, run: RunConfig, models_dir: str | Path = MODELS_DI
         on_step=on_step,
     )
     model.to("cpu")
-    with atomic_dir(Path(models_dir) / run.name) as tmp:
-        save_finetuned(model, params.train.method, tmp)
     finite = [x for x in result.losses if not math.isnan(x)]
     metrics = {
         "config": run.name,
@@ -116,7 +114,10 @@ def train_run(params: Params, run: RunConfig, models_dir: str | Path = MODELS_DI
         "setup_time_s": t_setup - t_start,
         "loss_curve": result.losses,
     }
-    write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
+    # Weights and metrics land together: if saving either fails, neither is left behind.
+    with atomic_dir(Path(models_dir) / run.name) as tmp:
+        save_finetuned(model, params.train.method, tmp)
+        write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
     tracker.finish({k: metrics[k] for k in ("final_loss", "noise_multiplier", "epsilon_prv", "epsilon_rdp", "wall_time_s")})
     log.info(
         "%s: σ=%.4f q=%.4f T=%d ε_prv=%s final loss %.4f in %.1f s",

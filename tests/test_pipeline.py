@@ -1,0 +1,235 @@
+"""End to end: the real DVC pipeline on a tiny cube, in a temporary copy of the repository."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.slow
+
+TINY_PARAMS = """
+runtime: {device: cpu, threads: 1, wandb_mode: offline}
+data: {n_train: 400, n_validation: 20, n_test: 40, n_public: 400, seed: 3,
+       secret_frequencies: [0.05, 0.02, 0.01]}
+tokenizer: {kind: bpe, vocab_size: 400}
+base: {n_layer: 1, n_embd: 32, n_head: 2, seq_len: 48, pretrain_steps: 20, pretrain_batch_size: 16}
+train: {micro_batch_size: 16}
+cube:
+  epsilon: [8, inf]
+  batch_size: [32]
+  steps: [3]
+  learning_rate: [0.01]
+  seed: [0, 1]
+score: {vmr_samples: 3, n_controls: 4}
+"""
+
+
+def _env(tmp: Path) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["WANDB_MODE"] = "offline"
+    env["EMPRIV_CACHE_DIR"] = str(tmp / "accounting-cache")
+    env.pop("WANDB_API_KEY", None)
+    return env
+
+
+def _run(cmd: list[str], cwd: Path, env: dict, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def _ran_stages(proc: subprocess.CompletedProcess) -> list[str]:
+    return re.findall(r"Running stage '([^']+)'", proc.stdout + proc.stderr)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> tuple[Path, dict, subprocess.CompletedProcess]:
+    """A fresh copy of the tracked files, committed, with tiny params; `dvc repro` run once."""
+    tmp = tmp_path_factory.mktemp("pipeline")
+    work = tmp / "repo"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for rel in filter(None, files.split("\0")):
+        src = ROOT / rel
+        if src.is_file() and not rel.startswith(("metrics/", "dvc.lock")):
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, work / rel)
+    (work / "params.yaml").write_text(TINY_PARAMS)
+    env = _env(tmp)
+    git = ["git", "-c", "user.name=empriv-test", "-c", "user.email=test@example.invalid"]
+    _run(["git", "init", "-q"], work, env)
+    _run(git + ["add", "-A"], work, env)
+    _run(git + ["commit", "-qm", "fixture"], work, env)
+    proc = _run(["dvc", "repro"], work, env)
+    return work, env, proc
+
+
+def _names(seeds=(0, 1)) -> list[str]:
+    return [f"eps{e}-b32-T3-lr0.01-s{s}" for e in ("8", "inf") for s in seeds]
+
+
+def _secrets(work: Path) -> list[dict]:
+    return [json.loads(line) for line in (work / "data/secrets.jsonl").read_text().splitlines()]
+
+
+def test_every_stage_ran_and_wrote_its_outputs(repo):
+    work, _, proc = repo
+    ran = _ran_stages(proc)
+    for stage in ("prepare", "tokenizer", "secrets", "base", "analyze"):
+        assert stage in ran
+    assert sum(s.startswith("train@") for s in ran) == 4
+    assert sum(s.startswith("score@") for s in ran) == 4
+    for rel in ("data/prepared/train.jsonl", "data/prepared/public.jsonl", "data/prepared/test.jsonl",
+                "data/prepared/validation.jsonl", "models/tokenizer/tokenizer.json", "data/secrets.jsonl",
+                "models/base/model.safetensors", "metrics/prepare.json", "metrics/base.json",
+                "metrics/secrets.json", "metrics/runs.csv", "metrics/summary.json", "dvc.lock"):
+        assert (work / rel).is_file(), rel
+    for name in _names():
+        assert (work / "models/runs" / name / "model.safetensors").is_file()
+        assert (work / "metrics/train" / f"{name}.json").is_file()
+        assert (work / "metrics/score" / f"{name}.json").is_file()
+
+
+def test_prepare_and_secrets_metrics(repo):
+    work, _, _ = repo
+    prep = json.loads((work / "metrics/prepare.json").read_text())
+    assert prep["n_train"] == 400 and prep["n_secrets"] == 3
+    secrets = _secrets(work)
+    assert [round(s["frequency"] * 400) for s in secrets] == [20, 8, 4]
+    for s in secrets:
+        assert s["prompt"] + s["continuation"] == s["text"]
+        assert s["in_window_fraction"] == 1.0
+    public = json.loads((work / "metrics/secrets.json").read_text())
+    assert all("text" not in s and "prompt" not in s for s in public["secrets"])
+    base = json.loads((work / "metrics/base.json").read_text())
+    assert 1.0 < base["test_perplexity"] < 400  # better than uniform over the 400-token vocabulary
+
+
+def test_train_metrics_record_the_guarantee(repo):
+    work, _, _ = repo
+    for name in _names():
+        m = json.loads((work / "metrics/train" / f"{name}.json").read_text())
+        assert m["steps"] == 3 and len(m["loss_curve"]) == 3
+        assert m["sampler"] == "poisson"
+        assert m["delta"] == pytest.approx(400 ** -1.1)
+        assert m["sample_rate"] == pytest.approx(32 / 400)
+        if name.startswith("eps8"):
+            assert m["accountant"] == "prv"
+            assert m["noise_multiplier"] > 0
+            assert 7.9 <= m["epsilon_prv"] <= 8.0
+            assert m["epsilon_rdp"] >= m["epsilon_prv"]
+        else:
+            assert m["noise_multiplier"] == 0 and m["epsilon_prv"] == "inf"
+    # Same ε, b, T → same σ across seeds; a different seed trains a different model.
+    a, b = (json.loads((work / "metrics/train" / f"eps8-b32-T3-lr0.01-s{s}.json").read_text()) for s in (0, 1))
+    assert a["noise_multiplier"] == b["noise_multiplier"]
+    assert a["loss_curve"] != b["loss_curve"]
+
+
+def test_score_and_summary(repo):
+    work, _, _ = repo
+    n_secrets = len(_secrets(work))
+    for name in _names():
+        m = json.loads((work / "metrics/score" / f"{name}.json").read_text())
+        assert len(m["per_secret"]) == n_secrets
+        assert 0.0 <= m["vmr_mean"] <= m["vmr_worst"] <= 1.0
+        assert m["test_nll"] > 0 and math.isfinite(m["exposure_gap_mean"])
+        assert m["continuation_nll_worst"] <= m["continuation_nll_mean"]
+        assert all(set(r) >= {"id", "vmr", "continuation_nll", "exposure_gap"} and "text" not in r for r in m["per_secret"])
+    summary = json.loads((work / "metrics/summary.json").read_text())
+    assert set(summary["per_epsilon"]) == {"8", "inf"} and summary["n_runs"] == 4
+    for entry in summary["per_epsilon"].values():
+        assert entry["n_configs"] == 1 and entry["n_runs"] == 2
+    csv = (work / "metrics/runs.csv").read_text().splitlines()
+    assert len(csv) == 5 and "exposure_gap_mean" in csv[0]
+
+
+def test_no_secret_reaches_wandb_or_logs(repo):
+    work, _, proc = repo
+    needles = []
+    for s in _secrets(work):
+        needles += [s["text"], s["continuation"]]
+    wandb_files = [p for p in (work / "wandb").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".wandb" for p in wandb_files), "the train runs must have written offline W&B runs"
+    for p in wandb_files:
+        data = p.read_bytes()
+        for needle in needles:
+            assert needle.encode() not in data, f"a secret reached {p.relative_to(work)}"
+    logs = proc.stdout + proc.stderr
+    for needle in needles:
+        assert needle not in logs
+    for p in (work / "metrics").rglob("*"):
+        if p.is_file():
+            text = p.read_text()
+            assert not any(n in text for n in needles), p
+
+
+def test_second_repro_is_a_no_op_and_one_cube_change_reruns_only_it(repo):
+    work, env, _ = repo
+    again = _run(["dvc", "repro"], work, env)
+    assert _ran_stages(again) == []
+    params = (work / "params.yaml").read_text().replace("seed: [0, 1]", "seed: [0, 2]")
+    (work / "params.yaml").write_text(params)
+    changed = _run(["dvc", "repro"], work, env)
+    ran = set(_ran_stages(changed))
+    assert ran == {"train@8-32-3-0.01-2", "train@inf-32-3-0.01-2", "score@8-32-3-0.01-2", "score@inf-32-3-0.01-2", "analyze"}
+    summary = json.loads((work / "metrics/summary.json").read_text())
+    assert summary["n_runs"] == 4  # the stale seed-1 files are not counted: the table follows the cube
+
+
+def test_invalid_params_fail_before_any_work_with_a_clear_error(repo, tmp_path):
+    work, env, _ = repo
+    bad = tmp_path / "bad"
+    shutil.copytree(work, bad, ignore=shutil.ignore_patterns("wandb", "models", ".dvc"))
+    shutil.copytree(work / ".dvc", bad / ".dvc", ignore=shutil.ignore_patterns("cache", "tmp"))
+    shutil.rmtree(bad / "data")
+    (bad / "params.yaml").write_text(TINY_PARAMS.replace("epsilon: [8, inf]", "epsilon: [-1, inf]"))
+    proc = _run([str(VENV_BIN / "python"), "stages/prepare.py"], bad, env, check=False)
+    assert proc.returncode == 2
+    assert "cube.epsilon" in proc.stderr and "-1" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (bad / "data").exists()
+
+
+def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(repo, monkeypatch):
+    import hashlib
+
+    from empriv.config import load_params
+    from empriv.models import adapters
+    from empriv.train.run import train_run
+
+    work, env, _ = repo
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("EMPRIV_CACHE_DIR", env["EMPRIV_CACHE_DIR"])
+    params = load_params("params.yaml")
+    run = params.runs()[0]
+    model_dir, metrics_file = work / "models/runs" / run.name, work / "metrics/train" / f"{run.name}.json"
+
+    def digest() -> dict:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in [*model_dir.iterdir(), metrics_file]}
+
+    before = digest()
+
+    def broken_save(model, method, directory):
+        (Path(directory) / "model.safetensors").write_bytes(b"half a file")
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(adapters, "save_finetuned", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        train_run(params, run)
+    assert digest() == before
+    leftovers = [p.name for d in (work / "models/runs", work / "metrics/train") for p in d.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
