@@ -366,7 +366,7 @@ def _prv_eps_from(fn, tn, delta, delta_error, eps_error, n) -> float:
     eps = math.log((d1[i] - target) / d2[i]) + eps_error
     if math.isnan(eps):
         raise AccountingError("prv returned NaN")
-    return eps
+    return max(0.0, eps)  # ε < 0 carries no meaning: δ is already met at ε = 0
 
 
 def _prv_delta_from(fn, tn, epsilon, delta_error, eps_error) -> float:
