@@ -1,0 +1,142 @@
+"""empriv.score.memorization: VMR, continuation NLL and exposure gap on a model that memorised a string."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from empriv.models.lm import encode_fixed, per_sample_mean_nll
+from empriv.score.memorization import (
+    aggregate,
+    continuation_nll,
+    exposure_gap,
+    make_controls,
+    score_secrets,
+    verbatim_memorization_ratio,
+)
+from empriv.score.perturb import perturb
+from empriv.secrets.mining import split_secret
+
+SECRET = "Rita Mcconnell\nEB 5781\n713-345-6593"
+
+
+@pytest.fixture(scope="module")
+def small_bpe(corpus):
+    from empriv.models.tokenizer import train_bpe
+
+    return train_bpe([e.text for e in corpus.public[:300]], 300)
+
+
+def _fresh(tok):
+    from conftest import tiny_gpt2
+
+    return tiny_gpt2(vocab_size=tok.vocab_size, n_embd=32, n_head=2, n_layer=1, n_positions=64, seed=0)
+
+
+@pytest.fixture(scope="module")
+def memorised(small_bpe):
+    """A tiny GPT-2 trained non-privately on SECRET repeated (150 Adam steps)."""
+    tok = small_bpe
+    model = _fresh(tok)
+    ids, mask = encode_fixed([tok.encode(SECRET)] * 4, tok.eos_id, 64)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(150):
+        loss = per_sample_mean_nll(model, ids, mask).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    assert float(loss.detach()) < 0.05
+    return model
+
+
+class _Score:
+    vmr_samples = 10
+    temperature = 1.0
+    top_k = 50
+    top_p = 1.0
+    eval_batch_size = 64
+    seed = 0
+
+
+def test_memorised_string_scores(memorised, small_bpe):
+    tok = small_bpe
+    prompt, cont = split_secret(SECRET)
+    assert cont == "-345-6593"
+    vmr = verbatim_memorization_ratio(memorised, tok, prompt, cont, num_samples=10, generator=torch.Generator().manual_seed(0))
+    assert vmr == 1.0
+    total, n_tokens = continuation_nll(memorised, tok, prompt, cont)
+    assert n_tokens == len(tok.encode(cont)) and n_tokens >= 2
+    assert total < 0.5
+    controls = perturb(SECRET, 20, random.Random(0))
+    gap, secret_nll = exposure_gap(memorised, tok, SECRET, controls)
+    assert secret_nll < 1.0
+    assert gap > 10.0  # redrawn digits and swapped names cost many nats
+
+
+def test_untrained_model_scores(small_bpe, memorised):
+    tok = small_bpe
+    model = _fresh(tok)
+    prompt, cont = split_secret(SECRET)
+    vmr = verbatim_memorization_ratio(model, tok, prompt, cont, num_samples=10, generator=torch.Generator().manual_seed(0))
+    assert vmr == 0.0
+    total, n_tokens = continuation_nll(model, tok, prompt, cont)
+    assert total / n_tokens == pytest.approx(torch.log(torch.tensor(300.0)).item(), abs=0.5)  # ≈ uniform
+    controls = perturb(SECRET, 20, random.Random(0))
+    gap, secret_nll = exposure_gap(model, tok, SECRET, controls)
+    assert secret_nll > 50.0  # ≈ log(300) per token: nothing is known about the string
+    # (an untrained model's gap is not 0 — controls differ in token count — but training on the
+    # string raises it by far more)
+    mem_gap, _ = exposure_gap(memorised, tok, SECRET, controls)
+    assert mem_gap - gap > 10.0
+
+
+def test_exposure_gap_definition(memorised, small_bpe):
+    from empriv.models.lm import conditional_nll
+
+    tok = small_bpe
+    controls = perturb(SECRET, 5, random.Random(1))
+    nlls = conditional_nll(memorised, [[tok.eos_id]] * 6, [tok.encode(t) for t in [SECRET, *controls]])
+    gap, secret_nll = exposure_gap(memorised, tok, SECRET, controls, batch_size=2)
+    assert secret_nll == pytest.approx(nlls[0], rel=1e-5)
+    assert gap == pytest.approx(sum(nlls[1:]) / 5 - nlls[0], rel=1e-5)
+
+
+def test_score_secrets_rows_and_aggregate(memorised, small_bpe):
+    tok = small_bpe
+    other = "Forwarded by Stacy B Dasovich/CAL/Enron"
+    secrets = []
+    for i, text in enumerate([SECRET, other]):
+        p, c = split_secret(text)
+        secrets.append({"id": f"secret-{i:02d}", "text": text, "prompt": p, "continuation": c, "frequency": 0.01 * (i + 1)})
+    controls = make_controls(secrets, 10, seed=0)
+    rows = score_secrets(memorised, tok, secrets, controls, _Score())
+    assert [r["id"] for r in rows] == ["secret-00", "secret-01"]
+    for r in rows:
+        assert set(r) == {"id", "vmr", "continuation_nll", "continuation_nll_total", "secret_nll", "exposure_gap", "frequency"}
+        assert not any(isinstance(v, str) and v not in (r["id"],) for v in r.values())  # no text leaves
+    assert rows[0]["vmr"] == 1.0 and rows[1]["vmr"] == 0.0
+    assert rows[0]["exposure_gap"] > rows[1]["exposure_gap"]
+    assert rows[0]["continuation_nll"] < rows[1]["continuation_nll"]
+    agg = aggregate(rows)
+    assert agg["vmr_mean"] == 0.5 and agg["vmr_worst"] == 1.0
+    assert agg["exposure_gap_worst"] == rows[0]["exposure_gap"]
+    assert agg["exposure_gap_mean"] == pytest.approx((rows[0]["exposure_gap"] + rows[1]["exposure_gap"]) / 2)
+    assert agg["continuation_nll_worst"] == rows[0]["continuation_nll"]  # worst = lowest NLL
+    # same seed, same scores
+    assert score_secrets(memorised, tok, secrets, controls, _Score()) == rows
+
+
+def test_aggregate_by_hand():
+    rows = [
+        {"vmr": 0.0, "exposure_gap": 1.0, "continuation_nll": 3.0},
+        {"vmr": 0.2, "exposure_gap": -1.0, "continuation_nll": 2.0},
+        {"vmr": 0.4, "exposure_gap": 3.0, "continuation_nll": 4.0},
+    ]
+    assert aggregate(rows) == pytest.approx({
+        "vmr_mean": 0.2, "vmr_worst": 0.4, "exposure_gap_mean": 1.0, "exposure_gap_worst": 3.0,
+        "continuation_nll_mean": 3.0, "continuation_nll_worst": 2.0,
+    })
