@@ -1,0 +1,90 @@
+"""empriv.analysis.variance: per-ε statistics across configurations (seeds averaged first)."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+
+from empriv.analysis.variance import format_summary, summarize
+
+INF = math.inf
+
+
+@pytest.fixture
+def table():
+    rows = [
+        # epsilon, group, seed, gap, nll
+        (2.0, "A", 0, 1.0, 10.0), (2.0, "A", 1, 3.0, 12.0),
+        (2.0, "B", 0, 4.0, 20.0), (2.0, "B", 1, 6.0, 20.0),
+        (2.0, "C", 0, 10.0, 30.0),  # one seed only
+        (64.0, "E", 0, 1.0, 5.0), (64.0, "F", 0, 3.0, 7.0),
+        (INF, "D", 0, 0.5, 1.0), (INF, "D", 1, 0.7, 2.0),
+    ]
+    return pl.DataFrame(rows, schema=["epsilon", "group", "seed", "gap", "nll"], orient="row")
+
+
+def test_summarize_by_hand(table):
+    out = summarize(table, ["gap", "nll"])
+    assert list(out) == ["2", "64", "inf"]  # sorted by ε, inf last
+
+    e2 = out["2"]
+    assert (e2["n_configs"], e2["n_runs"]) == (3, 5)
+    # seed means per config: A 2, B 5, C 10 → mean 17/3, sample std sqrt(98/3 / 2)
+    assert e2["gap"]["mean"] == pytest.approx(17 / 3)
+    assert e2["gap"]["std_across_configs"] == pytest.approx(math.sqrt(((2 - 17 / 3) ** 2 + (5 - 17 / 3) ** 2 + (10 - 17 / 3) ** 2) / 2))
+    assert e2["gap"]["std_across_configs"] == pytest.approx(4.041451884327381)
+    assert (e2["gap"]["min"], e2["gap"]["max"]) == (2.0, 10.0)
+    # within-config seed std: A sqrt(2), B sqrt(2), C undefined (one seed) → mean sqrt(2)
+    assert e2["gap"]["mean_seed_std"] == pytest.approx(math.sqrt(2))
+    # nll: config means 11, 20, 30 → mean 61/3; seed stds sqrt(2), 0
+    assert e2["nll"]["mean"] == pytest.approx(61 / 3)
+    assert e2["nll"]["std_across_configs"] == pytest.approx(math.sqrt(((11 - 61 / 3) ** 2 + (20 - 61 / 3) ** 2 + (30 - 61 / 3) ** 2) / 2))
+    assert e2["nll"]["mean_seed_std"] == pytest.approx(math.sqrt(2) / 2)
+
+    e64 = out["64"]
+    assert (e64["n_configs"], e64["n_runs"]) == (2, 2)
+    assert e64["gap"]["mean"] == pytest.approx(2.0)
+    assert e64["gap"]["std_across_configs"] == pytest.approx(math.sqrt(2))
+    assert e64["gap"]["mean_seed_std"] is None  # no configuration has two seeds
+
+    einf = out["inf"]
+    assert (einf["n_configs"], einf["n_runs"]) == (1, 2)
+    assert einf["gap"]["mean"] == pytest.approx(0.6)
+    assert einf["gap"]["std_across_configs"] == 0.0  # one configuration
+    assert einf["gap"]["mean_seed_std"] == pytest.approx(math.sqrt(0.02))
+    assert einf["nll"]["mean"] == pytest.approx(1.5)
+
+
+def test_seeds_are_averaged_before_the_std_across_configs(table):
+    # pooling runs directly would give a different (wrong) std: guard against that
+    pooled = float(table.filter(pl.col("epsilon") == 2.0)["gap"].std())
+    assert summarize(table, ["gap"])["2"]["gap"]["std_across_configs"] != pytest.approx(pooled)
+
+
+def test_unknown_score_column(table):
+    with pytest.raises(ValueError, match=r"unknown columns \['vmr_mean'\]"):
+        summarize(table, ["gap", "vmr_mean"])
+
+
+def test_format_summary_has_a_row_per_epsilon(table):
+    scores = ["gap", "nll"]
+    text = format_summary(summarize(table, scores), scores)
+    lines = text.splitlines()
+    assert lines[0].split() == ["eps", "configs", "gap", "nll"]
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    rows = {line.split()[0]: line for line in lines[2:5]}
+    assert set(rows) == {"2", "64", "inf"}
+    assert rows["2"].split()[1] == "3"
+    assert "5.667 ± 4.041" in rows["2"] and "20.333 ±" in rows["2"]
+    assert "2.000 ± 1.414" in rows["64"]
+    assert "0.600 ± 0.000" in rows["inf"] and "1.500 ± 0.000" in rows["inf"]
+    assert "seeds averaged first" in lines[-1]
+    # columns are aligned
+    assert len({len(line) for line in lines[:5]}) == 1
+
+
+def test_format_summary_missing_values():
+    summary = {"8": {"n_configs": 1, "gap": {"mean": None, "std_across_configs": 0.0}}}
+    assert "n/a" in format_summary(summary, ["gap"]).splitlines()[2]
