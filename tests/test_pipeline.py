@@ -18,21 +18,26 @@ VENV_BIN = Path(sys.executable).parent
 
 pytestmark = pytest.mark.slow
 
-TINY_PARAMS = """
-runtime: {device: cpu, threads: 1, wandb_mode: offline}
-data: {n_train: 400, n_validation: 20, n_test: 40, n_public: 400, seed: 3,
-       secret_frequencies: [0.05, 0.02, 0.01]}
-tokenizer: {kind: bpe, vocab_size: 400}
-base: {n_layer: 1, n_embd: 32, n_head: 2, seq_len: 48, pretrain_steps: 20, pretrain_batch_size: 16}
-train: {micro_batch_size: 16}
-cube:
-  epsilon: [8, inf]
-  batch_size: [32]
-  steps: [3]
-  learning_rate: [0.01]
-  seed: [0, 1]
-score: {vmr_samples: 3, n_controls: 4}
-"""
+TINY = {
+    "runtime": {"device": "cpu", "threads": 1, "wandb_mode": "offline"},
+    "data": {"n_train": 400, "n_validation": 20, "n_test": 40, "n_public": 400, "seed": 3,
+             "secret_frequencies": [0.05, 0.02, 0.01]},
+    "tokenizer": {"kind": "bpe", "vocab_size": 512},
+    "base": {"n_layer": 1, "n_embd": 32, "n_head": 2, "seq_len": 64, "pretrain_steps": 20, "pretrain_batch_size": 16},
+    "train": {"micro_batch_size": 16},
+    "cube": {"epsilon": [8, "inf"], "batch_size": [32], "steps": [3], "learning_rate": [0.01], "seed": [0, 1]},
+    "score": {"vmr_samples": 3, "n_controls": 4},
+}
+
+
+def write_params(work: Path, overrides: dict) -> None:
+    """The repository's params.yaml with ``overrides`` merged in (DVC needs every section present)."""
+    import yaml
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for section, values in overrides.items():
+        params[section] = {**params.get(section, {}), **values}
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
 def _env(tmp: Path) -> dict:
@@ -66,7 +71,7 @@ def repo(tmp_path_factory) -> tuple[Path, dict, subprocess.CompletedProcess]:
         if src.is_file() and not rel.startswith(("metrics/", "dvc.lock")):
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, work / rel)
-    (work / "params.yaml").write_text(TINY_PARAMS)
+    write_params(work, TINY)
     env = _env(tmp)
     git = ["git", "-c", "user.name=empriv-test", "-c", "user.email=test@example.invalid"]
     _run(["git", "init", "-q"], work, env)
@@ -110,11 +115,13 @@ def test_prepare_and_secrets_metrics(repo):
     assert [round(s["frequency"] * 400) for s in secrets] == [20, 8, 4]
     for s in secrets:
         assert s["prompt"] + s["continuation"] == s["text"]
-        assert s["in_window_fraction"] == 1.0
+        assert 0.0 <= s["in_window_fraction"] <= 1.0
+    # `Forwarded by` lines open their email, so they sit inside even this small vocabulary's window.
+    assert [s["in_window_fraction"] for s in secrets if s["kind"] == "forwarded_by"] == [1.0]
     public = json.loads((work / "metrics/secrets.json").read_text())
     assert all("text" not in s and "prompt" not in s for s in public["secrets"])
     base = json.loads((work / "metrics/base.json").read_text())
-    assert 1.0 < base["test_perplexity"] < 400  # better than uniform over the 400-token vocabulary
+    assert 1.0 < base["test_perplexity"] < 512  # better than uniform over the 512-token vocabulary
 
 
 def test_train_metrics_record_the_guarantee(repo):
@@ -180,8 +187,8 @@ def test_second_repro_is_a_no_op_and_one_cube_change_reruns_only_it(repo):
     work, env, _ = repo
     again = _run(["dvc", "repro"], work, env)
     assert _ran_stages(again) == []
-    params = (work / "params.yaml").read_text().replace("seed: [0, 1]", "seed: [0, 2]")
-    (work / "params.yaml").write_text(params)
+    write_params(work, {**TINY, "cube": {**TINY["cube"], "seed": [0, 2]}})
+    _run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "seed 2"], work, env)
     changed = _run(["dvc", "repro"], work, env)
     ran = set(_ran_stages(changed))
     assert ran == {"train@8-32-3-0.01-2", "train@inf-32-3-0.01-2", "score@8-32-3-0.01-2", "score@inf-32-3-0.01-2", "analyze"}
@@ -195,7 +202,7 @@ def test_invalid_params_fail_before_any_work_with_a_clear_error(repo, tmp_path):
     shutil.copytree(work, bad, ignore=shutil.ignore_patterns("wandb", "models", ".dvc"))
     shutil.copytree(work / ".dvc", bad / ".dvc", ignore=shutil.ignore_patterns("cache", "tmp"))
     shutil.rmtree(bad / "data")
-    (bad / "params.yaml").write_text(TINY_PARAMS.replace("epsilon: [8, inf]", "epsilon: [-1, inf]"))
+    write_params(bad, {**TINY, "cube": {**TINY["cube"], "epsilon": [-1, "inf"]}})
     proc = _run([str(VENV_BIN / "python"), "stages/prepare.py"], bad, env, check=False)
     assert proc.returncode == 2
     assert "cube.epsilon" in proc.stderr and "-1" in proc.stderr

@@ -51,12 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="validate a params file")
     v.add_argument("params", nargs="?", default="params.yaml")
     v.set_defaults(func=_validate)
-    try:
-        from empriv.privacy.cli import add_privacy_parser
-    except ImportError:  # pragma: no cover - the privacy CLI ships with the privacy package
-        add_privacy_parser = None
-    if add_privacy_parser is not None:
-        add_privacy_parser(sub)
+    from empriv.privacy.cli import add_privacy_parser, run as run_privacy
+
+    add_privacy_parser(sub).set_defaults(func=run_privacy)
     return ap
 
 

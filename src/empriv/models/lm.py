@@ -60,6 +60,13 @@ def mean_token_nll(model, ids: torch.Tensor, mask: torch.Tensor, batch_size: int
     return total / max(count, 1.0)
 
 
+def check_fits(model, length: int) -> None:
+    """A sequence longer than the model's position table cannot be scored: say so plainly."""
+    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and length > limit:
+        raise ValueError(f"a sequence of {length} tokens exceeds the model's {limit} positions (base.seq_len)")
+
+
 @torch.no_grad()
 def conditional_nll(model, prompts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], batch_size: int = 64) -> list[float]:
     """Total NLL (nats) of each ``targets[i]`` given ``prompts[i]``; pads on the right, batched."""
@@ -68,6 +75,7 @@ def conditional_nll(model, prompts: Sequence[Sequence[int]], targets: Sequence[S
         ps, ts = prompts[start : start + batch_size], targets[start : start + batch_size]
         seqs = [list(p) + list(t) for p, t in zip(ps, ts)]
         width = max(len(s) for s in seqs)
+        check_fits(model, width)
         ids = torch.zeros((len(seqs), width), dtype=torch.long)
         mask = torch.zeros((len(seqs), width))
         for i, (p, s) in enumerate(zip(ps, seqs)):
@@ -95,6 +103,7 @@ def sample_continuations(
     Implements the sampling rule of Hugging Face's defaults used by the research
     (temperature 1.0, top_k 50, top_p 1.0) with an explicit generator, so results are seeded.
     """
+    check_fits(model, len(prompt) + max_new_tokens)
     ids = torch.tensor([list(prompt)] * num_samples, dtype=torch.long)
     past = None
     new: list[torch.Tensor] = []

@@ -65,6 +65,22 @@ def moments_accountant_profile(noise_multiplier, sample_rate, steps,
     return [moments_accountant_epsilon(noise_multiplier, sample_rate, steps, d)[0] for d in deltas]
 
 
+def calibrate_moments_accountant(epsilon, delta, sample_rate, steps) -> float:
+    """σ at which the closed-form moments-accountant ε(δ) equals ``epsilon`` exactly.
+
+    With L = log(1/δ), ε = a + 2·sqrt(a·L) gives sqrt(a) = sqrt(L + ε) − sqrt(L), and
+    σ = q·sqrt(T / ((1 − q)·a)) (σ = sqrt(T / (2a)) when q = 1). Since the whole profile depends on
+    (σ, q, T) only through a, every configuration calibrated to the same (ε, δ) has the same profile.
+    """
+    e = _check_sigma(epsilon)  # same checks: > 0 and finite
+    q = _check_sample_rate(sample_rate)
+    t = _check_steps(steps)
+    d = _check_delta(delta)
+    log_inv = math.log(1 / d)
+    a = (math.sqrt(log_inv + e) - math.sqrt(log_inv)) ** 2
+    return math.sqrt(t / (2 * a)) if q >= 1 else q * math.sqrt(t / ((1 - q) * a))
+
+
 def profiles(noise_multiplier, sample_rate, steps, deltas: Sequence[float] = DEFAULT_DELTAS,
              accountants: Sequence[str] = ("prv", "rdp", "pld"), moments: bool = True) -> dict:
     """{accountant: [ε(δ) ...]} for several accountants (+ "moments" closed form)."""
@@ -82,7 +98,94 @@ def profiles(noise_multiplier, sample_rate, steps, deltas: Sequence[float] = DEF
 __all__ = [
     "DEFAULT_DELTAS",
     "epsilon_profile",
+    "calibrate_moments_accountant",
     "moments_accountant_epsilon",
     "moments_accountant_profile",
     "profiles",
 ]
+
+
+# ----------------------------------------------------------------------------- the profiles stage
+PROFILE_DIR = "plots/profiles"
+N_STAGE_DELTAS = 25  # δ grid of the stage: log-spaced over [δ*·1e-4, min(0.5, δ*·1e3)], plus δ*
+
+
+def cube_profiles(epsilons, batch_sizes, steps_list, n: int, delta: float, accountant: str = "prv") -> list[dict]:
+    """ε(δ) rows for every finite (ε, b, T) of a cube, each calibrated to (ε, δ) with q = b/n.
+
+    Rows: target_epsilon, config, accountant, delta, epsilon, noise_multiplier. With the numerical
+    accountant (``accountant``), all profiles of one target ε pass through (ε, δ) and cross there:
+    same guarantee at δ, different curves elsewhere. Rows with accountant ``moments`` calibrate σ with
+    the closed-form moments accountant instead: those profiles coincide (the research's Fig. 11).
+    """
+    from empriv.privacy.accounting import calibrate_noise_multiplier
+
+    lo, hi = math.log10(delta) - 4, math.log10(min(0.5, delta * 1e3))
+    deltas = sorted({10 ** (lo + (hi - lo) * i / (N_STAGE_DELTAS - 1)) for i in range(N_STAGE_DELTAS)} | {delta})
+    rows = []
+    for eps in epsilons:
+        if not math.isfinite(eps):
+            continue
+        for b in batch_sizes:
+            for t in steps_list:
+                q = min(1.0, b / n)
+                cal = calibrate_noise_multiplier(eps, delta, q, t, accountant)
+                name = f"b{b}-T{t}"
+                for d, e in zip(deltas, epsilon_profile(cal.noise_multiplier, q, t, deltas, cal.accountant)):
+                    rows.append({"target_epsilon": eps, "config": name, "accountant": cal.accountant, "delta": d,
+                                 "epsilon": e, "noise_multiplier": cal.noise_multiplier})
+                sigma_ma = calibrate_moments_accountant(eps, delta, q, t)
+                for d, e in zip(deltas, moments_accountant_profile(sigma_ma, q, t, deltas)):
+                    rows.append({"target_epsilon": eps, "config": name, "accountant": "moments", "delta": d,
+                                 "epsilon": e, "noise_multiplier": sigma_ma})
+    return rows
+
+
+def write_profile_plots(rows: list[dict], delta: float, out_dir: str = PROFILE_DIR) -> list[str]:
+    """One PNG per target ε (solid: calibrated accountant; dashed: moments accountant) + profiles.csv."""
+    import csv
+    import io
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from empriv.io import atomic_dir
+
+    written = []
+    with atomic_dir(out_dir) as tmp:
+        with open(Path(tmp) / "profiles.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=["target_epsilon", "config", "accountant", "noise_multiplier", "delta", "epsilon"], lineterminator="\n")
+            w.writeheader()
+            for r in rows:
+                w.writerow({**r, "delta": f"{r['delta']:.6e}", "epsilon": f"{r['epsilon']:.6f}",
+                            "noise_multiplier": f"{r['noise_multiplier']:.6f}"})
+        for eps in sorted({r["target_epsilon"] for r in rows}):
+            fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+            mine = [r for r in rows if r["target_epsilon"] == eps]
+            numerical = next(r["accountant"] for r in mine if r["accountant"] != "moments")
+            for ax, acc in zip(axes, (numerical, "moments")):
+                sel = [r for r in mine if r["accountant"] == acc]
+                for i, config in enumerate(sorted({r["config"] for r in sel})):
+                    pts = [r for r in sel if r["config"] == config]
+                    ax.plot([p["delta"] for p in pts], [p["epsilon"] for p in pts], color=f"C{i % 10}",
+                            linewidth=3.5 - 0.6 * i if acc == "moments" else 1.6,
+                            label=f"{config} (σ {pts[0]['noise_multiplier']:.3f})")
+                ax.plot([delta], [eps], "k*", markersize=11, label=f"target (ε={eps:g}, δ={delta:.2g})")
+                ax.set_xscale("log")
+                ax.set_xlabel("δ")
+                ax.grid(True, which="both", alpha=0.3)
+                ax.legend(fontsize=7)
+                ax.set_title(f"{acc} accountant: profiles cross at the target" if acc != "moments"
+                             else "closed-form moments accountant: profiles coincide", fontsize=9)
+            axes[0].set_ylabel("ε(δ)")
+            fig.suptitle(f"Privacy profiles of the configurations calibrated to ε = {eps:g}", fontsize=10)
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+            plt.close(fig)
+            name = f"eps{eps:g}.png"
+            (Path(tmp) / name).write_bytes(buf.getvalue())
+            written.append(name)
+    return written

@@ -35,6 +35,12 @@ def make_secrets(params: Params, out_path: str | Path = SECRETS_PATH, metrics_pa
         params.secrets.min_continuation_chars,
         load_overrides(params.secrets.overrides),
     )
+    too_long = [f"{r['id']} ({r['token_length']} tokens)" for r in records if r["token_length"] + 1 > params.base.seq_len]
+    if too_long:
+        raise ConfigError(
+            f"secrets {', '.join(too_long)} do not fit the training window: base.seq_len = {params.base.seq_len} must be "
+            "> 1 + the longest secret's token length (raise base.seq_len or tokenizer.vocab_size)"
+        )
     for split in ("validation", "test", "public"):
         texts = load_texts(split)
         leaked = [r["id"] for r in records if any(r["text"] in t for t in texts)]
