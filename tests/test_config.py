@@ -255,3 +255,54 @@ def test_as_dict_marks_inf_as_string():
     assert RunConfig(8.0, 8, 1, 0.1, 0).as_dict() == {
         "epsilon": 8.0, "batch_size": 8, "steps": 1, "learning_rate": 0.1, "seed": 0,
     }
+
+
+def _args(**kw):
+    from types import SimpleNamespace
+
+    base = dict(epsilon="64", batch_size="128", steps="32", learning_rate="0.01", seed="0", name="eps64-b128-T32-lr0.01-s0")
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_run_from_args_accepts_cube_points():
+    from empriv.config import run_from_args
+
+    p = load_params(REPO / "params.yaml")
+    assert run_from_args(p, _args()) == RunConfig(64.0, 128, 32, 0.01, 0)
+    run = run_from_args(p, _args(epsilon="inf", batch_size="64", steps="16", learning_rate="0.005", seed="1",
+                                 name="epsinf-b64-T16-lr0.005-s1"))
+    assert run.epsilon == math.inf and not run.private
+
+
+def test_run_from_args_rejects_points_outside_cube_and_wrong_names():
+    from empriv.config import run_from_args
+
+    p = load_params(REPO / "params.yaml")
+    with pytest.raises(ConfigError, match="eps3-b128-T32-lr0.01-s0 is not in params.yaml's cube"):
+        run_from_args(p, _args(epsilon="3", name="eps3-b128-T32-lr0.01-s0"))
+    with pytest.raises(ConfigError, match="--name 'eps64-b128-T32-lr0.01-s9' does not match"):
+        run_from_args(p, _args(name="eps64-b128-T32-lr0.01-s9"))
+    with pytest.raises(ConfigError, match="--epsilon"):
+        run_from_args(p, _args(epsilon="abc"))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="cube.epsilon: [2.0] in params.yaml: dvc.yaml passes --epsilon 2.0 --name eps2.0-..., but "
+    "config_name gives eps2-... so run_from_args rejects the stage's own command line",
+)
+def test_run_from_args_accepts_dvc_command_line_for_integral_float_epsilon():
+    from dvc.parsing.interpolate import to_str
+    from dvc.utils.serialize import parse_yaml
+
+    from empriv.config import run_from_args
+
+    raw = parse_yaml(
+        "data:\n  n_train: 1000\ncube:\n  epsilon: [2.0]\n  batch_size: [64]\n  steps: [16]\n  learning_rate: [0.01]\n  seed: [0]\n",
+        "params.yaml",
+    )
+    p = parse_params(raw)
+    e = raw["cube"]["epsilon"][0]
+    name = f"eps{to_str(e)}-b64-T16-lr0.01-s0"  # what dvc.yaml's train cmd interpolates
+    assert run_from_args(p, _args(epsilon=to_str(e), batch_size="64", steps="16", name=name)).epsilon == 2.0
