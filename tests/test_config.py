@@ -144,15 +144,16 @@ def test_repo_params_yaml_loads_with_48_runs():
 
 
 def test_config_name_examples():
-    assert config_name(64.0, 128, 32, 0.01, 0) == "eps64-b128-T32-lr0.01-s0"
+    assert config_name(64, 128, 32, 0.01, 0) == "eps64-b128-T32-lr0.01-s0"
     assert config_name(math.inf, 64, 16, 0.005, 1) == "epsinf-b64-T16-lr0.005-s1"
-    assert RunConfig(2.0, 64, 16, 0.005, 1).name == "eps2-b64-T16-lr0.005-s1"
+    assert RunConfig(2, 64, 16, 0.005, 1).name == "eps2-b64-T16-lr0.005-s1"
+    assert RunConfig(2.0, 64, 16, 0.005, 1).name == "eps2.0-b64-T16-lr0.005-s1"  # as DVC: str(2.0)
     assert config_name(0.5, 8, 1, 1e-05, 3) == "eps0.5-b8-T1-lr1e-05-s3"
 
 
 @pytest.mark.parametrize(
     "value, expected",
-    [(0.01, "0.01"), (2, "2"), (2.0, "2"), (math.inf, "inf"), (0.005, "0.005"), (1e-05, "1e-05"), (64, "64"), (0.5, "0.5")],
+    [(0.01, "0.01"), (2, "2"), (2.0, "2.0"), (math.inf, "inf"), (0.005, "0.005"), (1e-05, "1e-05"), (64, "64"), (0.5, "0.5")],
 )
 def test_format_number(value, expected):
     assert format_number(value) == expected
@@ -195,11 +196,6 @@ def test_run_names_match_dvc_for_yaml_ints_and_decimals():
     assert ours == dvc
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="format_number drops '.0' from integral floats (2.0 -> '2', 1e3 -> '1000') but DVC interpolates "
-    "str(2.0) = '2.0', so run names (and train.py's --name check) disagree with dvc.yaml",
-)
 def test_run_names_match_dvc_for_integral_yaml_floats():
     dvc, ours = _dvc_names(
         "cube:\n  epsilon: [2.0, 1e3]\n  batch_size: [64]\n  steps: [16]\n  learning_rate: [1.0]\n  seed: [0]\n"
@@ -208,9 +204,9 @@ def test_run_names_match_dvc_for_integral_yaml_floats():
 
 
 def test_group_drops_the_seed_only():
-    a = RunConfig(64.0, 128, 32, 0.01, 0)
-    b = RunConfig(64.0, 128, 32, 0.01, 7)
-    c = RunConfig(64.0, 128, 32, 0.005, 0)
+    a = RunConfig(64, 128, 32, 0.01, 0)
+    b = RunConfig(64, 128, 32, 0.01, 7)
+    c = RunConfig(64, 128, 32, 0.005, 0)
     assert a.group == "eps64-b128-T32-lr0.01"
     assert a.group == b.group
     assert a.group != c.group
@@ -287,11 +283,6 @@ def test_run_from_args_rejects_points_outside_cube_and_wrong_names():
         run_from_args(p, _args(epsilon="abc"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cube.epsilon: [2.0] in params.yaml: dvc.yaml passes --epsilon 2.0 --name eps2.0-..., but "
-    "config_name gives eps2-... so run_from_args rejects the stage's own command line",
-)
 def test_run_from_args_accepts_dvc_command_line_for_integral_float_epsilon():
     from dvc.parsing.interpolate import to_str
     from dvc.utils.serialize import parse_yaml

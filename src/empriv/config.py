@@ -159,19 +159,21 @@ class TrainParams(_Section):
     lora: LoraParams = LoraParams()
 
 
-def _parse_epsilon(v: Any) -> float:
+def _parse_epsilon(v: Any) -> int | float:
     if isinstance(v, str) and v.strip().lower() in ("inf", ".inf", "infinity"):
         return math.inf
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"must be a number > 0 or 'inf', got {v!r}")
-    return float(v)
+    return v
 
 
 class CubeParams(_Section):
-    epsilon: list[float]
+    # Numbers keep their YAML type (2 stays int, 2.0 stays float): run names are built with str()
+    # exactly as DVC interpolates the matrix values into dvc.yaml.
+    epsilon: list[int | float]
     batch_size: list[int]
     steps: list[int]
-    learning_rate: list[float]
+    learning_rate: list[int | float]
     seed: list[int]
 
     @field_validator("epsilon", mode="before")
@@ -227,7 +229,7 @@ class ScoreParams(_Section):
 
 
 class AnalyzeParams(_Section):
-    scores: list[str] = ["exposure_gap_mean", "continuation_nll_mean", "vmr_mean", "test_nll"]
+    scores: list[str] = ["exposure_gap_mean", "exposure_gap_vs_base_mean", "continuation_nll_mean", "vmr_mean", "test_nll"]
 
 
 class Params(_Section):
@@ -261,11 +263,10 @@ class Params(_Section):
 
 
 def format_number(x: float | int) -> str:
-    """Format a cube value the way DVC interpolates it into ``dvc.yaml`` (``str`` of the YAML value)."""
+    """Format a cube value the way DVC interpolates it into ``dvc.yaml``: ``str`` of the YAML value
+    (``2`` → "2", ``2.0`` → "2.0", ``1e-3`` → "0.001", ``inf``/``.inf`` → "inf")."""
     if isinstance(x, float) and math.isinf(x):
         return "inf"
-    if isinstance(x, float) and x.is_integer() and abs(x) < 1e16:
-        return str(int(x))
     return str(x)
 
 
@@ -359,13 +360,16 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 def run_from_args(params: Params, args) -> RunConfig:
     """The cube point named on a stage's command line; it must belong to the current cube."""
     try:
-        epsilon = _parse_epsilon(args.epsilon if not isinstance(args.epsilon, str) else
-                                 (args.epsilon if args.epsilon.lower() in ("inf", ".inf", "infinity") else float(args.epsilon)))
-    except ValueError as err:
-        raise ConfigError(f"--epsilon: {err}") from None
-    run = RunConfig(epsilon, int(args.batch_size), int(args.steps), float(args.learning_rate), int(args.seed))
-    if run not in params.runs():
-        raise ConfigError(f"configuration {run.name} is not in params.yaml's cube")
+        text = str(args.epsilon).strip()
+        epsilon = math.inf if text.lower() in ("inf", ".inf", "infinity") else float(text)
+    except ValueError:
+        raise ConfigError(f"--epsilon must be a number or 'inf', got {args.epsilon!r}") from None
+    wanted = RunConfig(epsilon, int(args.batch_size), int(args.steps), float(args.learning_rate), int(args.seed))
+    matches = [r for r in params.runs() if r == wanted]  # 2 == 2.0: compare values, then take the cube's own run
+    if not matches:
+        given = f"eps{args.epsilon}-b{args.batch_size}-T{args.steps}-lr{args.learning_rate}-s{args.seed}"
+        raise ConfigError(f"configuration {given} is not in params.yaml's cube")
+    run = matches[0]
     if args.name != run.name:
         raise ConfigError(f"--name {args.name!r} does not match the configuration's name {run.name!r}")
     return run

@@ -140,3 +140,17 @@ def test_aggregate_by_hand():
         "vmr_mean": 0.2, "vmr_worst": 0.4, "exposure_gap_mean": 1.0, "exposure_gap_worst": 3.0,
         "continuation_nll_mean": 3.0, "continuation_nll_worst": 2.0,
     })
+
+
+def test_exposure_gap_vs_base_subtracts_the_base_models_gap(memorised, small_bpe):
+    tok = small_bpe
+    p, c = split_secret(SECRET)
+    secrets = [{"id": "secret-00", "text": SECRET, "prompt": p, "continuation": c}]
+    controls = make_controls(secrets, 10, seed=0)
+    rows = score_secrets(memorised, tok, secrets, controls, _Score(), base_model=memorised)
+    # Against itself the base-relative gap is exactly 0, whatever the raw gap is.
+    assert rows[0]["exposure_gap"] > 1.0
+    assert rows[0]["exposure_gap_base"] == pytest.approx(rows[0]["exposure_gap"])
+    assert rows[0]["exposure_gap_vs_base"] == pytest.approx(0.0, abs=1e-6)
+    agg = aggregate(rows)
+    assert agg["exposure_gap_vs_base_mean"] == pytest.approx(0.0, abs=1e-6)

@@ -53,7 +53,8 @@ def test_half_rule_splits_at_boundary_nearest_the_middle():
 
 
 def test_no_whitespace_splits_characters_in_half():
-    assert split_secret("abcdef") == ("abc", "def")
+    assert split_secret("abcdef") == ("ab", "cdef")  # halves, but keeps min_continuation_chars (4) in s2
+    assert split_secret("abcdef", min_continuation_chars=2) == ("abc", "def")
     assert split_secret("abcdefg", "half") == ("abc", "defg")
 
 

@@ -10,7 +10,8 @@ from empriv.io import parse_float, read_json
 
 TRAIN_COLUMNS = ("noise_multiplier", "sample_rate", "delta", "epsilon_prv", "epsilon_rdp", "accountant", "sampler",
                  "method", "final_loss", "wall_time_s")
-SCORE_COLUMNS = ("test_nll", "exposure_gap_mean", "exposure_gap_worst", "continuation_nll_mean",
+SCORE_COLUMNS = ("test_nll", "exposure_gap_mean", "exposure_gap_worst", "exposure_gap_vs_base_mean",
+                 "exposure_gap_vs_base_worst", "continuation_nll_mean",
                  "continuation_nll_worst", "vmr_mean", "vmr_worst")
 
 

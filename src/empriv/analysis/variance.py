@@ -31,7 +31,7 @@ def summarize(table, scores: list[str]) -> dict:
             col = g[s].drop_nulls()
             entry[s] = {
                 "mean": float(col.mean()) if col.len() else None,
-                "std_across_configs": float(col.std(ddof=1)) if col.len() > 1 else 0.0,
+                "std_across_configs": float(col.std(ddof=1)) if col.len() > 1 else None,
                 "min": float(col.min()) if col.len() else None,
                 "max": float(col.max()) if col.len() else None,
                 "mean_seed_std": _nan_none(g[f"{s}__seed_std"].drop_nulls().mean()),
@@ -56,7 +56,12 @@ def format_summary(summary: dict, scores: list[str]) -> str:
         row = [eps, str(entry["n_configs"])]
         for s in scores:
             v = entry[s]
-            row.append("n/a" if v["mean"] is None else f"{v['mean']:.3f} ± {v['std_across_configs']:.3f}")
+            if v["mean"] is None:
+                row.append("n/a")
+            elif v["std_across_configs"] is None:
+                row.append(f"{v['mean']:.3f}")
+            else:
+                row.append(f"{v['mean']:.3f} ± {v['std_across_configs']:.3f}")
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     for i, r in enumerate(rows):

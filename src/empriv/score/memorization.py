@@ -9,6 +9,9 @@
   secret (digits redrawn, names swapped, see :mod:`empriv.score.perturb`) minus the secret's own
   total NLL, in nats. A model that has not seen the secret scores ≈ 0; memorisation makes it > 0.
   Continuous, so it separates models even where exact-match scores are all 0 (tiny models).
+  Controls are not perfectly exchangeable with the secret (different token counts, rarer names),
+  so the base model's gap is not exactly 0; **exposure gap vs. base** subtracts it, per secret,
+  leaving what fine-tuning added.
 """
 
 from __future__ import annotations
@@ -48,8 +51,13 @@ def exposure_gap(model, tokenizer, secret: str, controls: Sequence[str], batch_s
     return sum(nlls[1:]) / len(controls) - secret_nll, secret_nll
 
 
-def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str, list[str]], score_params) -> list[dict]:
-    """Per-secret scores: ids and numbers only (never the secret text)."""
+def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str, list[str]], score_params,
+                  base_model=None) -> list[dict]:
+    """Per-secret scores: ids and numbers only (never the secret text).
+
+    With ``base_model``, each secret also gets the base model's exposure gap and the fine-tuned
+    model's gap minus it (``exposure_gap_vs_base``).
+    """
     gen = torch.Generator().manual_seed(score_params.seed)
     rows = []
     for s in secrets:
@@ -59,24 +67,29 @@ def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str,
         )
         c_total, c_len = continuation_nll(model, tokenizer, s["prompt"], s["continuation"])
         gap, secret_nll = exposure_gap(model, tokenizer, s["text"], controls[s["id"]], score_params.eval_batch_size)
-        rows.append(
-            {
-                "id": s["id"],
-                "vmr": vmr,
-                "continuation_nll": c_total / max(c_len, 1),
-                "continuation_nll_total": c_total,
-                "secret_nll": secret_nll,
-                "exposure_gap": gap,
-                "frequency": s.get("frequency"),
-            }
-        )
+        row = {
+            "id": s["id"],
+            "vmr": vmr,
+            "continuation_nll": c_total / max(c_len, 1),
+            "continuation_nll_total": c_total,
+            "secret_nll": secret_nll,
+            "exposure_gap": gap,
+            "frequency": s.get("frequency"),
+        }
+        if base_model is not None:
+            base_gap, _ = exposure_gap(base_model, tokenizer, s["text"], controls[s["id"]], score_params.eval_batch_size)
+            row["exposure_gap_base"] = base_gap
+            row["exposure_gap_vs_base"] = gap - base_gap
+        rows.append(row)
     return rows
 
 
 def aggregate(rows: Sequence[dict]) -> dict:
     """Average case (mean) and worst case (max memorisation) over secrets."""
     out = {}
-    for key, worst in (("vmr", max), ("exposure_gap", max), ("continuation_nll", min)):
+    for key, worst in (("vmr", max), ("exposure_gap", max), ("exposure_gap_vs_base", max), ("continuation_nll", min)):
+        if not all(key in r for r in rows):
+            continue
         vals = [r[key] for r in rows]
         out[f"{key}_mean"] = sum(vals) / len(vals)
         out[f"{key}_worst"] = worst(vals)

@@ -21,6 +21,7 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
     from empriv.models.adapters import load_finetuned
     from empriv.models.base import BASE_DIR, TOKENIZER_DIR
     from empriv.models.lm import encode_fixed, mean_token_nll
+    from empriv.models.registry import load_model
     from empriv.models.tokenizer import Tokenizer
     from empriv.score.memorization import aggregate, make_controls, score_secrets
     from empriv.secrets.stage import SECRETS_PATH
@@ -34,7 +35,8 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
     with torch.no_grad():
         test_ids, test_mask = encode_fixed(tok.encode_batch(load_texts("test")), tok.eos_id, params.base.seq_len)
         test_nll = mean_token_nll(model, test_ids, test_mask, sp.eval_batch_size)
-        rows = score_secrets(model, tok, secrets, make_controls(secrets, sp.n_controls, sp.seed), sp)
+        rows = score_secrets(model, tok, secrets, make_controls(secrets, sp.n_controls, sp.seed), sp,
+                             base_model=load_model(BASE_DIR))
     metrics = {
         "config": run.name,
         **run.as_dict(),
@@ -48,6 +50,7 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
         "wall_time_s": time.time() - t0,
     }
     write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
-    log.info("%s: test NLL %.4f, gap mean %.3f, cont. NLL mean %.3f, VMR mean %.3f (%.1f s)", run.name, test_nll,
-             metrics["exposure_gap_mean"], metrics["continuation_nll_mean"], metrics["vmr_mean"], metrics["wall_time_s"])
+    log.info("%s: test NLL %.4f, gap mean %.3f (vs base %.3f), cont. NLL mean %.3f, VMR mean %.3f (%.1f s)", run.name,
+             test_nll, metrics["exposure_gap_mean"], metrics["exposure_gap_vs_base_mean"], metrics["continuation_nll_mean"],
+             metrics["vmr_mean"], metrics["wall_time_s"])
     return metrics

@@ -49,10 +49,11 @@ def split_secret(text: str, rule: str = "last_word", min_continuation_chars: int
                 return text[:cut], text[cut:]
     else:
         raise ValueError(f"secrets.split_rule must be 'last_word' or 'half', got {rule!r}")
-    mid = max(1, len(text) // 2)  # no usable word boundary: split the characters in half
+    # No usable word boundary: split the characters, keeping at least min_continuation_chars in s₂.
     if len(text) < 2:
         raise ValueError(f"secret is too short to split into prompt and continuation: {len(text)} characters")
-    return text[:mid], text[mid:]
+    cut = max(1, min(len(text) // 2, len(text) - min_continuation_chars))
+    return text[:cut], text[cut:]
 
 
 def load_overrides(path: str | Path | None) -> dict[str, tuple[str, str]]:
