@@ -24,7 +24,7 @@ IDS = torch.tensor([[299, 3, 17, 250, 8, 99, 42, 7], [299, 1, 2, 3, 4, 5, 6, 7]]
 
 
 def _model(seed=0):
-    from conftest import tiny_gpt2
+    from tiny_models import tiny_gpt2
 
     return tiny_gpt2(vocab_size=300, n_embd=16, n_head=2, n_layer=2, n_positions=16, seed=seed)
 

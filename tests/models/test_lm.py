@@ -21,7 +21,7 @@ EOS = 299
 
 @pytest.fixture(scope="module")
 def model():
-    from conftest import tiny_gpt2
+    from tiny_models import tiny_gpt2
 
     return tiny_gpt2(vocab_size=300, n_embd=16, n_head=2, n_layer=1, n_positions=16, seed=0)
 

@@ -30,7 +30,7 @@ def small_bpe(corpus):
 
 
 def _fresh(tok):
-    from conftest import tiny_gpt2
+    from tiny_models import tiny_gpt2
 
     return tiny_gpt2(vocab_size=tok.vocab_size, n_embd=32, n_head=2, n_layer=1, n_positions=64, seed=0)
 
