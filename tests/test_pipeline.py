@@ -240,3 +240,28 @@ def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(r
     assert digest() == before
     leftovers = [p.name for d in (work / "models/runs", work / "metrics/train") for p in d.iterdir() if p.name.endswith(".tmp")]
     assert leftovers == []
+
+
+def test_lora_fine_tuning_trains_only_adapters_under_dp_and_scores(repo, monkeypatch, tmp_path):
+    from empriv.config import parse_params, read_yaml
+    from empriv.score.run import score_run
+    from empriv.train.run import train_run
+
+    work, env, _ = repo
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("EMPRIV_CACHE_DIR", env["EMPRIV_CACHE_DIR"])
+    raw = read_yaml("params.yaml")
+    raw["train"]["method"] = "lora"
+    raw["train"]["lora"] = {"rank": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["c_attn"]}
+    params = parse_params(raw)
+    run = params.runs()[0]
+    assert run.private
+    m = train_run(params, run, models_dir=tmp_path / "models", metrics_dir=tmp_path / "metrics")
+    saved = {p.name for p in (tmp_path / "models" / run.name).iterdir()}
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= saved and "model.safetensors" not in saved
+    # rank-2 adapters on c_attn (32 → 96) of one layer: A 2×32 + B 96×2 = 256 parameters
+    assert m["trainable_parameters"] == 2 * 32 + 96 * 2
+    assert m["method"] == "lora" and m["noise_multiplier"] > 0 and len(m["loss_curve"]) == run.steps
+    s = score_run(params, run, model_dir=tmp_path / "models" / run.name, metrics_dir=tmp_path / "scores")
+    assert math.isfinite(s["test_nll"]) and len(s["per_secret"]) == len(_secrets(work))

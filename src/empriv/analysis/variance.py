@@ -58,16 +58,19 @@ def format_summary(summary: dict, scores: list[str]) -> str:
             v = entry[s]
             if v["mean"] is None:
                 row.append("n/a")
-            elif v["std_across_configs"] is None:
-                row.append(f"{v['mean']:.3f}")
-            else:
-                row.append(f"{v['mean']:.3f} ± {v['std_across_configs']:.3f}")
+                continue
+            cell = f"{v['mean']:.3f}"
+            if v["std_across_configs"] is not None:
+                cell += f" ± {v['std_across_configs']:.3f}"
+            if v.get("mean_seed_std") is not None:
+                cell += f" [{v['mean_seed_std']:.3f}]"
+            row.append(cell)
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     for i, r in enumerate(rows):
         lines.append("  ".join(c.rjust(w) for c, w in zip(r, widths)))
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
-    lines.append("(mean ± std across configurations at each ε, seeds averaged first; "
-                 "seed std is in metrics/summary.json)")
+    lines.append("mean ± std across configurations at each ε (seeds averaged first) "
+                 "[mean std across seeds within a configuration]")
     return "\n".join(lines)
