@@ -68,7 +68,7 @@ def repo(tmp_path_factory) -> tuple[Path, dict, subprocess.CompletedProcess]:
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for rel in filter(None, files.split("\0")):
         src = ROOT / rel
-        if src.is_file() and not rel.startswith(("metrics/", "dvc.lock")):
+        if src.is_file() and not rel.startswith(("metrics/", "plots/", "dvc.lock")):
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, work / rel)
     write_params(work, TINY)

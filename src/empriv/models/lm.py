@@ -33,8 +33,13 @@ def position_ids_like(ids: torch.Tensor) -> torch.Tensor:
     return torch.arange(ids.shape[1], device=ids.device).unsqueeze(0).expand_as(ids)
 
 
+def model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
 def token_nll(model, ids: torch.Tensor) -> torch.Tensor:
     """NLL of every next token: [N, L-1] (entry t is −log p(ids[:, t+1] | ids[:, :t+1]))."""
+    ids = ids.to(model_device(model))
     logits = model(input_ids=ids, position_ids=position_ids_like(ids), use_cache=False).logits
     return F.cross_entropy(
         logits[:, :-1].reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1), reduction="none"
@@ -44,7 +49,7 @@ def token_nll(model, ids: torch.Tensor) -> torch.Tensor:
 def per_sample_mean_nll(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean NLL over each sample's real tokens: [N]. This is each example's loss ℓ_i in DP-SGD."""
     nll = token_nll(model, ids)
-    m = mask[:, 1:]
+    m = mask[:, 1:].to(nll.device)
     return (nll * m).sum(1) / m.sum(1).clamp(min=1.0)
 
 
@@ -55,7 +60,7 @@ def mean_token_nll(model, ids: torch.Tensor, mask: torch.Tensor, batch_size: int
     for start in range(0, ids.shape[0], batch_size):
         b_ids, b_mask = ids[start : start + batch_size], mask[start : start + batch_size]
         nll = token_nll(model, b_ids)
-        total += float((nll * b_mask[:, 1:]).sum())
+        total += float((nll * b_mask[:, 1:].to(nll.device)).sum())
         count += float(b_mask[:, 1:].sum())
     return total / max(count, 1.0)
 
@@ -82,7 +87,7 @@ def conditional_nll(model, prompts: Sequence[Sequence[int]], targets: Sequence[S
             ids[i, : len(s)] = torch.tensor(s)
             mask[i, len(p) : len(s)] = 1.0
         nll = token_nll(model, ids)
-        out.extend((nll * mask[:, 1:]).sum(1).tolist())
+        out.extend((nll * mask[:, 1:].to(nll.device)).sum(1).tolist())
     return out
 
 
@@ -104,13 +109,14 @@ def sample_continuations(
     (temperature 1.0, top_k 50, top_p 1.0) with an explicit generator, so results are seeded.
     """
     check_fits(model, len(prompt) + max_new_tokens)
-    ids = torch.tensor([list(prompt)] * num_samples, dtype=torch.long)
+    device = model_device(model)
+    ids = torch.tensor([list(prompt)] * num_samples, dtype=torch.long, device=device)
     past = None
     new: list[torch.Tensor] = []
     step_input = ids
     offset = 0
     for _ in range(max_new_tokens):
-        pos = torch.arange(offset, offset + step_input.shape[1]).unsqueeze(0).expand_as(step_input)
+        pos = torch.arange(offset, offset + step_input.shape[1], device=device).unsqueeze(0).expand_as(step_input)
         out = model(input_ids=step_input, position_ids=pos, past_key_values=past, use_cache=True)
         past = out.past_key_values
         offset += step_input.shape[1]
@@ -124,9 +130,11 @@ def sample_continuations(
             drop = cum - sorted_logits.softmax(-1) > top_p  # keep the smallest prefix with mass ≥ top_p
             sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
             logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-        nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)
+        probs = logits.softmax(-1)
+        # The generator lives on the CPU (seeded draws identical on every device): sample there.
+        nxt = torch.multinomial(probs.cpu(), 1, generator=generator).to(device)
         new.append(nxt)
         step_input = nxt
     if not new:
         return [[] for _ in range(num_samples)]
-    return torch.cat(new, dim=1).tolist()
+    return torch.cat(new, dim=1).cpu().tolist()

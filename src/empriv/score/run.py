@@ -21,7 +21,7 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
     from empriv.models.adapters import load_finetuned
     from empriv.models.base import BASE_DIR, TOKENIZER_DIR
     from empriv.models.lm import encode_fixed, mean_token_nll
-    from empriv.models.registry import load_model
+    from empriv.models.registry import load_model, resolve_device
     from empriv.models.tokenizer import Tokenizer
     from empriv.score.memorization import aggregate, make_controls, score_secrets
     from empriv.secrets.stage import SECRETS_PATH
@@ -30,13 +30,14 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
     t0 = time.time()
     sp = params.score
     tok = Tokenizer.load(TOKENIZER_DIR)
-    model = load_finetuned(model_dir or (MODELS_DIR / run.name), BASE_DIR)
+    device = resolve_device(params.runtime.device)
+    model = load_finetuned(model_dir or (MODELS_DIR / run.name), BASE_DIR).to(device)
     secrets = read_jsonl(SECRETS_PATH)
     with torch.no_grad():
         test_ids, test_mask = encode_fixed(tok.encode_batch(load_texts("test")), tok.eos_id, params.base.seq_len)
         test_nll = mean_token_nll(model, test_ids, test_mask, sp.eval_batch_size)
         rows = score_secrets(model, tok, secrets, make_controls(secrets, sp.n_controls, sp.seed), sp,
-                             base_model=load_model(BASE_DIR))
+                             base_model=load_model(BASE_DIR).to(device))
     metrics = {
         "config": run.name,
         **run.as_dict(),
