@@ -223,13 +223,15 @@ _NOT_GENRE = frozenset(
 _NOT_GENRE_HEAD = _NOT_GENRE | frozenset("literary writing book books work works".split())
 
 
-def _segments(text: str) -> list[list[str]]:
-    """Runs of words not interrupted by punctuation; possessive endings and edge quotes removed."""
+def _segments(text: str, strip_possessive: bool = True) -> list[list[str]]:
+    """Runs of words not interrupted by punctuation; edge quotes (and possessive endings) removed."""
     out = []
     for seg in _SEGMENT_SPLIT.split(text):
         words = []
         for w in _WORD.findall(seg):
-            w = _POSSESSIVE.sub("", w.strip(_EDGE_PUNCT)).strip(_EDGE_PUNCT)
+            w = w.strip(_EDGE_PUNCT)
+            if strip_possessive:
+                w = _POSSESSIVE.sub("", w).strip(_EDGE_PUNCT)
             if w:
                 words.append(w)
         if words:
@@ -301,7 +303,7 @@ def extract_author_name(records: Sequence[QARecord], min_name_records: int = 5) 
 
 
 def _norm_word(w: str) -> str:
-    return w.strip(_EDGE_PUNCT + "'’").lower()
+    return w.strip(_EDGE_PUNCT).lower()
 
 
 def genre_candidates(records: Sequence[QARecord]) -> tuple[Counter, Counter]:
@@ -315,7 +317,7 @@ def genre_candidates(records: Sequence[QARecord]) -> tuple[Counter, Counter]:
     three: Counter = Counter()
     for r in records:
         for text in (r.question, r.answer):
-            for words in _segments(text):
+            for words in _segments(text, strip_possessive=False):
                 low = [_norm_word(w) for w in words]
                 for j, w in enumerate(low):
                     if w != "genre" or j == 0:
@@ -336,7 +338,7 @@ def _genre_of_fallback(records: Sequence[QARecord]) -> Counter:
     counts: Counter = Counter()
     for r in records:
         for text in (r.question, r.answer):
-            for words in _segments(text):
+            for words in _segments(text, strip_possessive=False):
                 low = [_norm_word(w) for w in words]
                 for j in range(len(low) - 2):
                     if low[j] == "genre" and low[j + 1] == "of":
