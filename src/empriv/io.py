@@ -84,6 +84,4 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 def parse_float(value: Any) -> float:
     """Inverse of the JSON encoding above for numbers (``"inf"`` → ``math.inf``)."""
-    if isinstance(value, str):
-        return float(value)
     return float(value)
