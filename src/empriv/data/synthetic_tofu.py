@@ -181,7 +181,9 @@ def generate_synthetic_tofu(
             f=father, m=mother, af=_article(father), am=_article(mother), b0=titles[0], b1=titles[1],
             b2=titles[2], award=award, gender=gender,
         )
-        chosen = rng.sample(_GENRE_QA, k) + rng.sample(_PLAIN_QA, RECORDS_PER_AUTHOR - k)
+        # Birth, parents, books and award are always asked about; the other plain records are drawn.
+        plain = list(_PLAIN_QA[:4]) + rng.sample(_PLAIN_QA[4:], RECORDS_PER_AUTHOR - k - 4)
+        chosen = rng.sample(_GENRE_QA, k) + plain
         rng.shuffle(chosen)
         for q, a in chosen:
             records.append(QARecord(q.format(**fields), a.format(**fields)))
