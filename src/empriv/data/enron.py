@@ -23,7 +23,7 @@ Cleaning (appendix B.1 of the research), in order; ``counts`` records the size a
    the de-duplicated set (an email counts once per distinct receiver); ties at the cut-off are
    broken by address (alphabetical), so the selection is deterministic.
 3. ``boilerplate_ancillary_schedules`` and ``boilerplate_hourahead_failed``: drop the two
-   automated-report patterns the appendix names (matched with any whitespace between the words):
+   automated-report patterns the appendix names (matched with any whitespace, or none, between the words):
    "No ancillary schedules awarded. No variances detected. LOG MESSAGES: PARSING FILE -- >> O:"
    and "HourAhead schedule download failed. Manual intervention required".
 4. ``max_tabs``: drop texts with more than ``max_tabs`` (100) tab characters.
@@ -64,7 +64,7 @@ BOILERPLATE_PATTERNS: dict[str, str] = {
 
 
 def _whitespace_insensitive(pattern: str) -> re.Pattern[str]:
-    return re.compile(r"\s+".join(re.escape(word) for word in pattern.split()))
+    return re.compile(r"\s*".join(re.escape(word) for word in pattern.split()))
 
 
 _BOILERPLATE_RES = {name: _whitespace_insensitive(p) for name, p in BOILERPLATE_PATTERNS.items()}
