@@ -130,8 +130,10 @@ def secret_records(
 #    prefix of another (the n-grams of one long recurring string overlap by up to n − 1 tokens),
 #    the two are merged into one longer sequence — provided the merged sequence itself occurs in at
 #    least as many training samples as the K-th n-gram (so a merge never invents a string that is
-#    not recurring). A sequence contained in another is dropped. Passes repeat until no merge
-#    applies; what remains are maximal sequences, none contained in another.
+#    not recurring) and in at least ``merge_ratio`` (0.5) × the larger count of its two parts (so a
+#    frequent string is not swallowed by a rare extension). A sequence contained in another is
+#    dropped. Passes repeat until no merge applies; what remains are maximal sequences, none
+#    contained in another (two may still overlap where their merge was vetoed).
 # 4. Each candidate: token ids, decoded text, token length, occurrences (number of training samples
 #    containing its token sequence) and frequency = occurrences / n.
 #
@@ -285,11 +287,11 @@ def _drop_contained(seqs: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
 def merge_overlapping(
     seqs: Sequence[tuple[int, ...]],
     min_overlap: int,
-    accept: _Callable[[tuple[int, ...]], bool] | None = None,
+    accept: _Callable[[tuple[int, ...], tuple[int, ...], tuple[int, ...]], bool] | None = None,
 ) -> list[tuple[int, ...]]:
     """Merge sequences whose suffix (≥ ``min_overlap`` tokens) is another's prefix, until none applies.
 
-    ``accept(merged)`` may veto a merge (the miner requires the merged string to recur). Contained
+    ``accept(left, right, merged)`` may veto a merge (the miner requires the merged string to recur). Contained
     sequences are dropped. The result is sorted by (length desc, ids) for determinism.
     """
     if not isinstance(min_overlap, int) or min_overlap < 1:
@@ -329,7 +331,7 @@ def merge_overlapping(
             if (a, b, k) in rejected:
                 continue
             merged = a + b[k:]
-            if accept is not None and not accept(merged):
+            if accept is not None and not accept(a, b, merged):
                 rejected.add((a, b, k))
                 continue
             used_left.add(i)
@@ -349,7 +351,7 @@ def merge_overlapping(
             while node in nxt:
                 j, k = nxt[node]
                 longer = seq + current[j][k:]
-                if accept is None or accept(longer):
+                if accept is None or accept(seq, current[j], longer):
                     seq = longer
                 else:
                     out.append(seq)
@@ -367,11 +369,17 @@ def mine_ngram_sequences(
     top_k: int = 500,
     min_overlap: int | None = None,
     min_count: int = 2,
+    merge_ratio: float = 0.5,
 ) -> list[tuple[tuple[int, ...], int]]:
     """Top-K n-grams merged into maximal recurring sequences, as (ids, sample-level count), most frequent first.
 
-    ``min_overlap`` defaults to ``max(1, n // 2)`` tokens.
+    ``min_overlap`` defaults to ``max(1, n // 2)`` tokens. A merge is accepted when the merged
+    sequence occurs in at least as many samples as the K-th n-gram *and* in at least
+    ``merge_ratio`` × the larger count of its two parts (so a frequent string is not swallowed by a
+    rare extension of it, e.g. a chance token before it).
     """
+    if not (isinstance(merge_ratio, (int, float)) and 0 <= merge_ratio <= 1):
+        raise ValueError(f"merge_ratio must be in [0, 1], got {merge_ratio!r}")
     top = top_ngrams(samples, n, top_k, min_count)
     if not top:
         return []
@@ -385,7 +393,11 @@ def mine_ngram_sequences(
             cache[seq] = corpus.sample_count(seq)
         return cache[seq]
 
-    merged = merge_overlapping([s for s, _ in top], overlap, accept=lambda s: count(s) >= threshold)
+    def accept(a: tuple[int, ...], b: tuple[int, ...], merged: tuple[int, ...]) -> bool:
+        c = count(merged)
+        return c >= threshold and c >= merge_ratio * max(count(a), count(b))
+
+    merged = merge_overlapping([s for s, _ in top], overlap, accept=accept)
     rows = [(s, count(s)) for s in merged]
     first = {s: (corpus.positions(s) or [0])[0] for s, _ in rows}
     rows.sort(key=lambda r: (-r[1], -len(r[0]), first[r[0]]))
@@ -399,13 +411,14 @@ def mine_secret_candidates(
     top_k: int = 500,
     min_overlap: int | None = None,
     min_count: int = 2,
+    merge_ratio: float = 0.5,
     id_prefix: str = "enron",
 ) -> list[SecretCandidate]:
     """Appendix B.6 mining on the training split: candidates with ids, token length and frequency."""
     if not train_texts:
         raise ValueError("train_texts must be non-empty to mine secrets")
     samples = tokenizer.encode_batch(list(train_texts))
-    rows = mine_ngram_sequences(samples, n, top_k, min_overlap, min_count)
+    rows = mine_ngram_sequences(samples, n, top_k, min_overlap, min_count, merge_ratio)
     total = len(train_texts)
     return [
         SecretCandidate(
