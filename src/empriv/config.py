@@ -17,7 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 KNOWN_BASES = ("tiny-gpt2",)
-DATA_SOURCES = ("synthetic", "enron", "tofu")
+DATA_SOURCES = ("synthetic-enron", "enron", "synthetic-tofu", "tofu")
+REAL_SOURCES = ("enron", "tofu")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -44,8 +45,11 @@ class RuntimeParams(_Section):
 
 
 class DataParams(_Section):
-    source: str = "synthetic"
+    source: str = "synthetic-enron"
     path: str | None = None
+    variant: str | None = None  # TOFU variants: tofu-2, tofu-4, tofu-1:7, tofu-2:6, tofu-3:5, tofu-2*
+    top_n_people: int = Field(100, ge=1)  # Enron cleaning: top-N senders and receivers
+    n_authors: int = Field(200, ge=2)  # synthetic TOFU: number of fictitious authors
     n_train: int = Field(3000, ge=10)
     n_validation: int = Field(200, ge=1)
     n_test: int = Field(300, ge=1)
@@ -66,13 +70,26 @@ class DataParams(_Section):
     @field_validator("source")
     @classmethod
     def _source(cls, v: str) -> str:
+        if v == "synthetic":  # the name before TOFU existed
+            return "synthetic-enron"
         if v not in DATA_SOURCES:
             raise ValueError(f"must be one of {', '.join(DATA_SOURCES)}")
         return v
 
+    @field_validator("variant")
+    @classmethod
+    def _variant(cls, v: str | None) -> str | None:
+        from empriv.data.variants import VARIANTS
+
+        if v is not None and v not in VARIANTS:
+            raise ValueError(f"must be null or one of {', '.join(VARIANTS)}")
+        return v
+
     @model_validator(mode="after")
     def _path(self) -> "DataParams":
-        if self.source != "synthetic":
+        if self.variant is not None and not self.source.endswith("tofu"):
+            raise ValueError(f"data.variant {self.variant!r} applies to TOFU sources only, not {self.source!r}")
+        if self.source in REAL_SOURCES:
             if not self.path:
                 raise ValueError(f"data.path is required when data.source is {self.source!r}")
             if not Path(self.path).expanduser().exists():
@@ -117,6 +134,10 @@ class BaseParams(_Section):
 
 
 class SecretsParams(_Section):
+    # mining (real Enron): token n-grams of length ngram, the top_k most frequent, merged
+    ngram: int = Field(50, ge=2)
+    top_k: int = Field(500, ge=1)
+    min_count: int = Field(2, ge=2)
     split_rule: Literal["last_word", "half"] = "last_word"
     min_continuation_chars: int = Field(4, ge=1)
     overrides: str | None = None

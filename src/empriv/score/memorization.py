@@ -66,7 +66,10 @@ def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str,
             temperature=score_params.temperature, top_k=score_params.top_k, top_p=score_params.top_p, generator=gen,
         )
         c_total, c_len = continuation_nll(model, tokenizer, s["prompt"], s["continuation"])
-        gap, secret_nll = exposure_gap(model, tokenizer, s["text"], controls[s["id"]], score_params.eval_batch_size)
+        if controls[s["id"]]:
+            gap, secret_nll = exposure_gap(model, tokenizer, s["text"], controls[s["id"]], score_params.eval_batch_size)
+        else:  # no format-preserving control exists for this secret: the gap is undefined
+            gap, secret_nll = None, conditional_nll(model, [[tokenizer.eos_id]], [tokenizer.encode(s["text"])])[0]
         row = {
             "id": s["id"],
             "vmr": vmr,
@@ -76,7 +79,7 @@ def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str,
             "exposure_gap": gap,
             "frequency": s.get("frequency"),
         }
-        if base_model is not None:
+        if base_model is not None and gap is not None:
             base_gap, _ = exposure_gap(base_model, tokenizer, s["text"], controls[s["id"]], score_params.eval_batch_size)
             row["exposure_gap_base"] = base_gap
             row["exposure_gap_vs_base"] = gap - base_gap
@@ -85,22 +88,37 @@ def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str,
 
 
 def aggregate(rows: Sequence[dict]) -> dict:
-    """Average case (mean) and worst case (max memorisation) over secrets."""
+    """Average case (mean) and worst case (max memorisation) over secrets (those that have the score)."""
     out = {}
     for key, worst in (("vmr", max), ("exposure_gap", max), ("exposure_gap_vs_base", max), ("continuation_nll", min)):
-        if not all(key in r for r in rows):
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        if not vals:
             continue
-        vals = [r[key] for r in rows]
         out[f"{key}_mean"] = sum(vals) / len(vals)
         out[f"{key}_worst"] = worst(vals)
     return out
 
 
 def make_controls(secrets: Sequence[dict], n_controls: int, seed: int) -> dict[str, list[str]]:
+    """Controls per secret: format-preserving perturbations, or for an (author, genre) secret the
+    same attribute prompt answered with other genres (from the corpus and a list of 30)."""
     from empriv.score.perturb import perturb
 
+    genres = {s["genre"] for s in secrets if s.get("kind") == "author_genre"}
+    if genres:
+        from empriv.data.synthetic_tofu import GENRES
+
+        genres |= set(GENRES)
     out = {}
     for s in secrets:
         rng = random.Random(f"{seed}:{s['id']}")
-        out[s["id"]] = perturb(s["text"], n_controls, rng)
+        if s.get("kind") == "author_genre":
+            others = sorted(g for g in genres if g.lower() != s["genre"].lower())
+            picks = rng.sample(others, n_controls) if n_controls <= len(others) else [rng.choice(others) for _ in range(n_controls)]
+            out[s["id"]] = [f"{s['prompt']} {g}" for g in picks]
+        else:
+            try:
+                out[s["id"]] = perturb(s["text"], n_controls, rng)
+            except ValueError:  # nothing to perturb (e.g. a mined boilerplate line): no exposure gap
+                out[s["id"]] = []
     return out

@@ -1,0 +1,106 @@
+"""prepare → tokenizer → secrets on every data source (synthetic-tofu, and the real samples)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from empriv.config import ConfigError, parse_params
+from empriv.data.prepare import prepare
+from empriv.io import read_jsonl
+from empriv.models.base import make_tokenizer
+from empriv.score.memorization import make_controls
+from empriv.secrets.stage import make_secrets
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+CUBE = {"epsilon": [8, "inf"], "batch_size": [16], "steps": [2], "learning_rate": [0.01], "seed": [0]}
+
+
+def _params(**data):
+    return parse_params({"data": data, "cube": CUBE, "tokenizer": {"vocab_size": 1024},
+                         "secrets": {"ngram": 10, "top_k": 100}})
+
+
+def _run(tmp_path, monkeypatch, params) -> tuple[dict, list[dict], dict]:
+    monkeypatch.chdir(tmp_path)
+    prep = prepare(params)
+    make_tokenizer(params)
+    secrets = make_secrets(params)
+    return prep, secrets, json.loads(Path("metrics/secrets.json").read_text())
+
+
+def test_source_alias_and_variant_validation():
+    assert _params(source="synthetic").data.source == "synthetic-enron"
+    with pytest.raises(ConfigError, match="data.variant 'tofu-2' applies to TOFU sources only"):
+        _params(source="synthetic-enron", variant="tofu-2")
+    with pytest.raises(ConfigError, match=r"data.variant: must be null or one of .*tofu-4"):
+        _params(source="synthetic-tofu", variant="tofu-3")
+    with pytest.raises(ConfigError, match="data.path is required"):
+        _params(source="tofu")
+
+
+def test_synthetic_tofu_secrets_are_the_training_authors_genres(tmp_path, monkeypatch):
+    params = _params(source="synthetic-tofu", n_authors=20, n_train=300, n_validation=10, n_test=20, n_public=200)
+    prep, secrets, metrics = _run(tmp_path, monkeypatch, params)
+    assert (prep["n_train"], prep["train_authors"], prep["n_validation"], prep["n_test"]) == (300, 18, 10, 20)
+    # 300 of the 18 × 20 = 360 training records are used: authors 0..14 appear, the rest are cut off
+    assert [s["id"] for s in secrets] == [f"author-{i:03d}" for i in range(15)]
+    assert metrics["in_training_split"] == 15 and metrics["how"] == "planted"
+    planted = {p["id"]: p for p in read_jsonl(tmp_path / "data/prepared/planted_secrets.jsonl")}
+    train = [r["text"] for r in read_jsonl(tmp_path / "data/prepared/train.jsonl")]
+    for s in secrets:
+        assert s["continuation"] == " " + planted[s["id"]]["genre"]
+        assert s["prompt"] == f"Question: What genre does {planted[s['id']]['name']} write in?\nAnswer:"
+        assert s["occurrences"] == sum(1 for t in train if s["name"] in t and s["genre"].lower() in t.lower()) >= 1
+    # test authors' records are held out; their names never reach the training split
+    test = [r["text"] for r in read_jsonl(tmp_path / "data/prepared/test.jsonl")]
+    assert not set(test) & set(train)
+    controls = make_controls(secrets, 5, seed=0)
+    for s in secrets:
+        assert len(controls[s["id"]]) == 5
+        assert all(c.startswith(s["prompt"] + " ") and c != s["text"] for c in controls[s["id"]])
+
+
+def test_tofu_variant_doubles_the_training_records(tmp_path, monkeypatch):
+    params = _params(source="synthetic-tofu", variant="tofu-2", n_authors=10, n_train=360, n_validation=5,
+                     n_test=10, n_public=100)
+    prep, secrets, _ = _run(tmp_path, monkeypatch, params)
+    assert prep["variant"] == "tofu-2" and prep["variant_summary"]["samples"] == 2 * 9 * 20
+    assert len(secrets) == 9
+
+
+@pytest.mark.slow
+def test_real_enron_sample_is_cleaned_and_mined(tmp_path, monkeypatch):
+    path = SHARED / "enron" / "emails.csv"
+    if not path.exists():
+        pytest.skip(f"real Enron sample not found at {path} (../shared/data is only beside the repo in development/CI)")
+    params = _params(source="enron", path=str(path), n_train=2000, n_validation=100, n_test=100, n_public=500,
+                     top_n_people=100)
+    prep, secrets, metrics = _run(tmp_path, monkeypatch, params)
+    assert prep["load"]["n_rows"] == 4904 and prep["load"]["n_malformed"] == 0
+    assert prep["cleaning"]["deduplicated"] == 4846 and prep["cleaning"]["train"] == 2146
+    assert prep["n_train"] == 2000
+    texts = [s["text"] for s in secrets]
+    assert any("Forwarded by" in t for t in texts)
+    n_secrets = len(secrets)  # (compare counts only: an assertion message must never show secret text)
+    assert metrics["mined"] >= n_secrets >= 5
+    assert not any(f["ran"] for f in metrics["filters"])  # model-based filters are recorded as not run
+    with pytest.raises(ConfigError, match=r"data.n_train = 3000 but the corpus has only 2146 cleaned training emails"):
+        prepare(_params(source="enron", path=str(path), n_train=3000, n_public=100))
+
+
+@pytest.mark.slow
+def test_real_tofu_secrets_are_extracted(tmp_path, monkeypatch):
+    path = SHARED / "tofu" / "full.jsonl"
+    if not path.exists():
+        pytest.skip(f"real TOFU file not found at {path} (../shared/data is only beside the repo in development/CI)")
+    params = _params(source="tofu", path=str(path), n_train=3600, n_validation=200, n_test=200, n_public=400)
+    prep, secrets, metrics = _run(tmp_path, monkeypatch, params)
+    assert (prep["authors"], prep["train_authors"], prep["n_train"]) == (200, 180, 3600)
+    assert metrics["how"] == "extracted" and metrics["authors"] == 180
+    assert len(secrets) >= 165  # the extractor finds a name and a genre for ~94 % of authors
+    by_id = {s["id"]: s for s in secrets}
+    assert by_id["author-000"]["name"] == "Jaime Vasquez" and by_id["author-000"]["genre"].lower() == "true crime"
+    assert by_id["author-001"]["genre"].lower() == "biography"
