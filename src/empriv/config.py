@@ -50,6 +50,8 @@ class DataParams(_Section):
     variant: str | None = None  # TOFU variants: tofu-2, tofu-4, tofu-1:7, tofu-2:6, tofu-3:5, tofu-2*
     top_n_people: int = Field(100, ge=1)  # Enron cleaning: top-N senders and receivers
     n_authors: int = Field(200, ge=2)  # synthetic TOFU: number of fictitious authors
+    paraphraser: Literal["offline", "llm"] = "offline"  # TOFU variants: how paraphrases are made
+    paraphraser_model: str = "meta-llama/Llama-3.1-8B-Instruct"  # for paraphraser: llm (GPU)
     n_train: int = Field(3000, ge=10)
     n_validation: int = Field(200, ge=1)
     n_test: int = Field(300, ge=1)

@@ -57,6 +57,8 @@ def test_synthetic_tofu_secrets_are_the_training_authors_genres(tmp_path, monkey
     # test authors' records are held out; their names never reach the training split
     test = [r["text"] for r in read_jsonl(tmp_path / "data/prepared/test.jsonl")]
     assert not set(test) & set(train)
+    assert metrics["held_out_samples_with_a_secret"]["test"] == {"dropped": 0, "kept": 20}
+    assert len(read_jsonl(tmp_path / "data/heldout/test.jsonl")) == 20
     controls = make_controls(secrets, 5, seed=0)
     for s in secrets:
         assert len(controls[s["id"]]) == 5
@@ -87,6 +89,11 @@ def test_real_enron_sample_is_cleaned_and_mined(tmp_path, monkeypatch):
     n_secrets = len(secrets)  # (compare counts only: an assertion message must never show secret text)
     assert metrics["mined"] >= n_secrets >= 5
     assert not any(f["ran"] for f in metrics["filters"])  # model-based filters are recorded as not run
+    held = metrics["held_out_samples_with_a_secret"]["test"]
+    assert held["dropped"] > 0 and held["dropped"] + held["kept"] == 100
+    kept = [r["text"] for r in read_jsonl(tmp_path / "data/heldout/test.jsonl")]
+    assert len(kept) == held["kept"] and not any(t in k for t in texts for k in kept)
+    assert prep["user_level"]["n_units"] > 100 and prep["user_level"]["records_per_unit_max"] >= 1
     with pytest.raises(ConfigError, match=r"data.n_train = 3000 but the corpus has only 2146 cleaned training emails"):
         prepare(_params(source="enron", path=str(path), n_train=3000, n_public=100))
 
@@ -104,3 +111,21 @@ def test_real_tofu_secrets_are_extracted(tmp_path, monkeypatch):
     by_id = {s["id"]: s for s in secrets}
     assert by_id["author-000"]["name"] == "Jaime Vasquez" and by_id["author-000"]["genre"].lower() == "true crime"
     assert by_id["author-001"]["genre"].lower() == "biography"
+
+
+def test_tofu_utility_scores_answer_tokens_only():
+    from empriv.data.tofu import training_text
+    from empriv.models.lm import conditional_nll
+    from empriv.models.tokenizer import load_gpt2
+    from empriv.score.utility import answer_nll
+    from tiny_models import tiny_gpt2
+
+    tok = load_gpt2()
+    model = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=16, n_head=2, n_layer=1, n_positions=64)
+    texts = [training_text("Who wrote it?", "Jaime Vasquez wrote it."), training_text("Where?", "In Santiago.")]
+    prompts = [[tok.eos_id, *tok.encode("Question: Who wrote it?\nAnswer:")], [tok.eos_id, *tok.encode("Question: Where?\nAnswer:")]]
+    answers = [tok.encode(" Jaime Vasquez wrote it."), tok.encode(" In Santiago.")]
+    expected = sum(conditional_nll(model, prompts, answers)) / sum(len(a) for a in answers)
+    assert answer_nll(model, tok, texts, seq_len=64) == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="no '\\\\nAnswer:' part"):
+        answer_nll(model, tok, ["no answer here"], seq_len=64)

@@ -29,7 +29,8 @@ from empriv.io import atomic_dir, write_json, write_jsonl
 log = logging.getLogger("empriv.prepare")
 
 PLANTED_SECRETS = "planted_secrets.jsonl"
-TOFU_AUTHORS = "tofu_train_authors.jsonl"  # original records of the training authors, for secret extraction
+TOFU_AUTHORS = "tofu_train_authors.jsonl"
+PARAPHRASE_CACHE = Path("data/paraphrases.json")  # LLM paraphrases (a DVC output of prepare when used)  # original records of the training authors, for secret extraction
 TOFU_TRAIN_FRACTION = 0.9
 
 
@@ -78,7 +79,13 @@ def _enron(params: Params) -> tuple[dict, list[dict], dict]:
         "test": _rows("test", [e.body for e in list(cleaned.test)[: d.n_test]]),
         "public": _synthetic_enron_public(params),
     }
-    counts = {"load": report.as_metrics(), "cleaning": dict(cleaned.counts)}
+    from empriv.data.enron import iter_raw_messages
+    from empriv.data.units import build_user_records
+
+    # User-level view (privacy unit = sender): statistics only, for the user-level DP work to come.
+    units = build_user_records(iter_raw_messages(d.path))
+    counts = {"load": report.as_metrics(), "cleaning": dict(cleaned.counts),
+              "user_level": {"counts": dict(units.counts), **units.unit_stats}}
     return splits, [], counts
 
 
@@ -99,10 +106,16 @@ def _tofu(params: Params) -> tuple[dict, list[dict], dict]:
     train_records = list(split.train)
     variant_info: dict = {}
     if d.variant is not None:
-        from empriv.data.variants import OfflineParaphraser, build_variant
+        from empriv.data.variants import CachedParaphraser, LLMParaphraser, OfflineParaphraser, build_variant
 
         genres = tuple(s.genre for s in extract_secrets(train_records) if s.genre)
-        dataset = build_variant(d.variant, train_records, OfflineParaphraser(seed=d.seed, protect=genres), seed=d.seed)
+        if d.paraphraser == "llm":  # GPU workstations; paraphrases cached beside the prepared data
+            paraphraser = CachedParaphraser(LLMParaphraser(d.paraphraser_model, seed=d.seed), PARAPHRASE_CACHE)
+        else:
+            paraphraser = OfflineParaphraser(seed=d.seed, protect=genres)
+        dataset = build_variant(d.variant, train_records, paraphraser, seed=d.seed)
+        if isinstance(paraphraser, CachedParaphraser):
+            paraphraser.save()
         train_records = list(dataset.records)
         variant_info = dataset.summary()
     if d.source == "synthetic-tofu":

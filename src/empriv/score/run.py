@@ -17,14 +17,13 @@ SCORE_METRICS_DIR = Path("metrics/score")
 def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = None, metrics_dir: str | Path = SCORE_METRICS_DIR) -> dict:
     import torch
 
-    from empriv.data.splits import load_texts
     from empriv.models.adapters import load_finetuned
     from empriv.models.base import BASE_DIR, TOKENIZER_DIR
-    from empriv.models.lm import encode_fixed, mean_token_nll
     from empriv.models.registry import load_model, resolve_device
     from empriv.models.tokenizer import Tokenizer
     from empriv.score.memorization import aggregate, make_controls, score_secrets
-    from empriv.secrets.stage import SECRETS_PATH
+    from empriv.score.utility import answer_nll, test_nll as test_nll_of
+    from empriv.secrets.stage import HELDOUT_DIR, SECRETS_PATH
     from empriv.train.run import MODELS_DIR
 
     t0 = time.time()
@@ -33,15 +32,17 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
     device = resolve_device(params.runtime.device)
     model = load_finetuned(model_dir or (MODELS_DIR / run.name), BASE_DIR).to(device)
     secrets = read_jsonl(SECRETS_PATH)
+    test_texts = [r["text"] for r in read_jsonl(HELDOUT_DIR / "test.jsonl")]
     with torch.no_grad():
-        test_ids, test_mask = encode_fixed(tok.encode_batch(load_texts("test")), tok.eos_id, params.base.seq_len)
-        test_nll = mean_token_nll(model, test_ids, test_mask, sp.eval_batch_size)
+        utility = answer_nll if params.data.source.endswith("tofu") else test_nll_of
+        test_nll = utility(model, tok, test_texts, params.base.seq_len, sp.eval_batch_size)
         rows = score_secrets(model, tok, secrets, make_controls(secrets, sp.n_controls, sp.seed), sp,
                              base_model=load_model(BASE_DIR).to(device))
     metrics = {
         "config": run.name,
         **run.as_dict(),
         "test_nll": test_nll,
+        "utility": "answer-token NLL" if params.data.source.endswith("tofu") else "token NLL",
         **aggregate(rows),
         "n_secrets": len(rows),
         "vmr_protocol": {"samples": sp.vmr_samples, "temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,

@@ -23,6 +23,7 @@ from empriv.io import read_jsonl, write_json, write_jsonl
 log = logging.getLogger("empriv.secrets")
 
 SECRETS_PATH = Path("data/secrets.jsonl")
+HELDOUT_DIR = Path("data/heldout")  # validation/test without any sample that contains a secret
 # What of a secret record may leave the machine (metrics, W&B): never its text.
 PUBLIC_FIELDS = ("id", "kind", "token_length", "prompt_tokens", "continuation_tokens", "occurrences", "frequency", "in_window_fraction")
 
@@ -86,7 +87,8 @@ def _overrides(params: Params):
     return load_overrides(params.secrets.overrides)
 
 
-def make_secrets(params: Params, out_path: str | Path = SECRETS_PATH, metrics_path: str | Path = "metrics/secrets.json") -> list[dict]:
+def make_secrets(params: Params, out_path: str | Path = SECRETS_PATH, metrics_path: str | Path = "metrics/secrets.json",
+                 heldout_dir: str | Path = HELDOUT_DIR) -> list[dict]:
     from empriv.models.base import TOKENIZER_DIR
     from empriv.models.tokenizer import Tokenizer
     from empriv.secrets.mining import secret_records
@@ -120,8 +122,16 @@ def make_secrets(params: Params, out_path: str | Path = SECRETS_PATH, metrics_pa
         records, info = _tofu_secrets(params, train_texts, tok)
     if not records:
         raise ConfigError(f"no secret found in the {source} training split: nothing to measure")
-    held_out = {split: sum(1 for t in load_texts(split) if any(r["text"] in t for r in records))
-                for split in ("validation", "test")}
+    from empriv.data.enron import drop_secret_samples
+    from empriv.io import atomic_dir
+
+    held_out = {}
+    with atomic_dir(heldout_dir) as tmp:
+        for split in ("validation", "test"):
+            rows = read_jsonl(Path(PREPARED_DIR) / f"{split}.jsonl")
+            kept = drop_secret_samples(rows, [r["text"] for r in records], text=lambda row: row["text"])
+            held_out[split] = {"dropped": len(rows) - len(kept), "kept": len(kept)}
+            write_jsonl(Path(tmp) / f"{split}.jsonl", kept)
     write_jsonl(out_path, records)
     write_json(metrics_path, {"n_secrets": len(records), **info, "held_out_samples_with_a_secret": held_out,
                               "secrets": [{k: r[k] for k in PUBLIC_FIELDS} for r in records]})
