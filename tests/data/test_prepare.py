@@ -24,7 +24,7 @@ def test_prepare_writes_splits_secrets_and_metrics(tmp_path):
         ["train.jsonl", "validation.jsonl", "test.jsonl", "public.jsonl", PLANTED_SECRETS]
     )
     assert m == read_json(metrics_path)
-    assert m == {"source": "synthetic", "n_train": 200, "n_validation": 10, "n_test": 12, "n_public": 30,
+    assert m == {"source": "synthetic-enron", "n_train": 200, "n_validation": 10, "n_test": 12, "n_public": 30,
                  "n_secrets": 2, "train_emails_with_secret": 12}
     secrets = read_jsonl(out / PLANTED_SECRETS)
     assert [s["planned_frequency"] for s in secrets] == [0.05, 0.01]
@@ -50,10 +50,10 @@ def test_prepare_is_deterministic_and_replaces_the_directory(tmp_path):
     assert (out / "train.jsonl").read_bytes() != first
 
 
-def test_prepare_real_source_fails_and_writes_nothing(tmp_path):
+def test_prepare_empty_real_corpus_fails_clearly_and_writes_nothing(tmp_path):
     corpus = tmp_path / "emails.csv"
     corpus.write_text("file,message\n")
-    with pytest.raises(ConfigError, match="data.source 'enron'"):
+    with pytest.raises(ConfigError, match="data.n_train = 200 but the corpus has only 0 cleaned training emails"):
         prepare(_params(source="enron", path=str(corpus)), tmp_path / "prepared", tmp_path / "m.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["emails.csv"]
 
