@@ -92,14 +92,16 @@ def _secrets(work: Path) -> list[dict]:
 def test_every_stage_ran_and_wrote_its_outputs(repo):
     work, _, proc = repo
     ran = _ran_stages(proc)
-    for stage in ("prepare", "tokenizer", "secrets", "base", "analyze"):
+    for stage in ("prepare", "tokenizer", "secrets", "base", "filter", "analyze", "profiles"):
         assert stage in ran
     assert sum(s.startswith("train@") for s in ran) == 4
     assert sum(s.startswith("score@") for s in ran) == 4
     for rel in ("data/prepared/train.jsonl", "data/prepared/public.jsonl", "data/prepared/test.jsonl",
                 "data/prepared/validation.jsonl", "models/tokenizer/tokenizer.json", "data/secrets.jsonl",
                 "models/base/model.safetensors", "metrics/prepare.json", "metrics/base.json",
-                "metrics/secrets.json", "metrics/runs.csv", "metrics/summary.json", "dvc.lock"):
+                "metrics/secrets.json", "metrics/filter.json", "data/secrets_filtered.jsonl", "data/heldout/test.jsonl",
+                "metrics/runs.csv", "metrics/summary.json", "plots/profiles/profiles.csv", "plots/profiles/eps8.png",
+                "dvc.lock"):
         assert (work / rel).is_file(), rel
     for name in _names():
         assert (work / "models/runs" / name / "model.safetensors").is_file()
@@ -191,7 +193,9 @@ def test_second_repro_is_a_no_op_and_one_cube_change_reruns_only_it(repo):
     _run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "seed 2"], work, env)
     changed = _run(["dvc", "repro"], work, env)
     ran = set(_ran_stages(changed))
-    assert ran == {"train@8-32-3-0.01-2", "train@inf-32-3-0.01-2", "score@8-32-3-0.01-2", "score@inf-32-3-0.01-2", "analyze"}
+    # the filter stage re-reads the non-private models (its output is unchanged: filters are off by default)
+    assert ran == {"train@8-32-3-0.01-2", "train@inf-32-3-0.01-2", "score@8-32-3-0.01-2", "score@inf-32-3-0.01-2",
+                   "filter", "analyze"}
     summary = json.loads((work / "metrics/summary.json").read_text())
     assert summary["n_runs"] == 4  # the stale seed-1 files are not counted: the table follows the cube
 

@@ -138,6 +138,7 @@ class BaseParams(_Section):
 class SecretsParams(_Section):
     # mining (real Enron): token n-grams of length ngram, the top_k most frequent, merged
     ngram: int = Field(50, ge=2)
+    filter: bool = False  # model-based filters after the non-private runs (see secrets/filtering.py)
     top_k: int = Field(500, ge=1)
     min_count: int = Field(2, ge=2)
     split_rule: Literal["last_word", "half"] = "last_word"

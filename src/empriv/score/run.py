@@ -23,7 +23,8 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
     from empriv.models.tokenizer import Tokenizer
     from empriv.score.memorization import aggregate, make_controls, score_secrets
     from empriv.score.utility import answer_nll, test_nll as test_nll_of
-    from empriv.secrets.stage import HELDOUT_DIR, SECRETS_PATH
+    from empriv.secrets.filtering import FILTERED_PATH
+    from empriv.secrets.stage import HELDOUT_DIR
     from empriv.train.run import MODELS_DIR
 
     t0 = time.time()
@@ -31,7 +32,7 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
     tok = Tokenizer.load(TOKENIZER_DIR)
     device = resolve_device(params.runtime.device)
     model = load_finetuned(model_dir or (MODELS_DIR / run.name), BASE_DIR).to(device)
-    secrets = read_jsonl(SECRETS_PATH)
+    secrets = read_jsonl(FILTERED_PATH)
     test_texts = [r["text"] for r in read_jsonl(HELDOUT_DIR / "test.jsonl")]
     with torch.no_grad():
         utility = answer_nll if params.data.source.endswith("tofu") else test_nll_of

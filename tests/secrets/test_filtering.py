@@ -1,0 +1,79 @@
+"""Model-based secret filters: verbatim reproduction (Enron) and genre reveal (TOFU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from empriv.config import ConfigError, parse_params
+from empriv.models.lm import encode_fixed, per_sample_mean_nll
+from empriv.models.tokenizer import train_bpe
+from empriv.secrets.filtering import filter_secrets, greedy_text
+from empriv.secrets.mining import split_secret
+from tiny_models import tiny_gpt2
+
+SECRET = "Forwarded by Stacy B Dasovich/CAL/Enron"
+OTHER = "Karen Lambert/HOU/ECT@ECT, Tana Jones/HOU/ECT@ECT"
+QA = "Question: What genre does Ann Lee write in?\nAnswer: Ann Lee writes mystery novels."
+
+
+def _params(enabled: bool):
+    return parse_params({"secrets": {"filter": enabled}, "cube": {"epsilon": ["inf"], "batch_size": [8], "steps": [1],
+                                                                   "learning_rate": [0.01], "seed": [0]}})
+
+
+@pytest.fixture(scope="module")
+def tok(corpus):
+    return train_bpe([e.text for e in corpus.public[:300]] + [QA], 400)
+
+
+def _trained_on(tok, text: str):
+    model = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=32, n_head=2, n_layer=1, n_positions=64, seed=0)
+    ids, mask = encode_fixed([tok.encode(text)] * 4, tok.eos_id, 64)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(150):
+        loss = per_sample_mean_nll(model, ids, mask).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    return model
+
+
+def _record(sid: str, text: str) -> dict:
+    p, c = split_secret(text)
+    return {"id": sid, "kind": "mined", "text": text, "prompt": p, "continuation": c}
+
+
+def test_disabled_filters_pass_everything_through():
+    secrets = [_record("a", SECRET)]
+    kept, record = filter_secrets(_params(False), secrets, [], None, None)
+    assert kept == secrets and record["enabled"] is False and record["filters"][0]["ran"] is False
+
+
+def test_verbatim_filters_keep_what_the_nonprivate_model_reproduces_and_the_base_does_not(tok):
+    memorised = _trained_on(tok, SECRET)
+    base = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=32, n_head=2, n_layer=1, n_positions=64, seed=1)
+    secrets = [_record("a", SECRET), _record("b", OTHER)]
+    kept, record = filter_secrets(_params(True), secrets, [memorised], base, tok)
+    assert [s["id"] for s in kept] == ["a"]
+    steps = {f["name"]: f for f in record["filters"]}
+    assert steps["finetuned_verbatim"]["removed"] == 1 and steps["base_verbatim"]["removed"] == 0
+    assert steps["finetuned_acr"]["ran"] is False and record["n_in"] == 2 and record["n_out"] == 1
+    # a base that also reproduces the secret removes it: nothing is left, which is an error, not a fallback
+    with pytest.raises(ConfigError, match="removed all 2 secrets"):
+        filter_secrets(_params(True), secrets, [memorised], memorised, tok)
+    with pytest.raises(ConfigError, match="no non-private run"):
+        filter_secrets(_params(True), secrets, [], base, tok)
+
+
+def test_genre_filter_keeps_pairs_every_nonprivate_model_reveals(tok):
+    model = _trained_on(tok, QA)
+    assert "mystery" in greedy_text(model, tok, "Question: What genre does Ann Lee write in?\nAnswer:", 20)
+    genre = [{"id": "author-000", "kind": "author_genre", "name": "Ann Lee", "genre": "mystery"},
+             {"id": "author-001", "kind": "author_genre", "name": "Ann Lee", "genre": "poetry"}]
+    kept, record = filter_secrets(_params(True), genre, [model, model], None, tok)
+    assert [s["id"] for s in kept] == ["author-000"]
+    assert record["filters"][0] == {"name": "revealed by every non-private model (greedy)", "ran": True,
+                                    "removed": 1, "models": 2}
