@@ -23,3 +23,19 @@ def tiny_gpt2(vocab_size: int = 300, n_embd: int = 16, n_head: int = 2, n_layer:
     model = GPT2LMHeadModel(config)
     model.eval()
     return model
+
+
+def train_to_memorise(model, tokenizer, text: str, steps: int = 150, lr: float = 1e-2):
+    """Train ``model`` non-privately on ``text`` (4 copies, Adam) until it has memorised it; returns the final loss."""
+    from empriv.models.lm import encode_fixed, per_sample_mean_nll
+
+    ids, mask = encode_fixed([tokenizer.encode(text)] * 4, tokenizer.eos_id, model.config.n_positions)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        loss = per_sample_mean_nll(model, ids, mask).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    return float(loss.detach())

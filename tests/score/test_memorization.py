@@ -7,7 +7,6 @@ import random
 import pytest
 import torch
 
-from empriv.models.lm import encode_fixed, per_sample_mean_nll
 from empriv.score.memorization import (
     aggregate,
     continuation_nll,
@@ -18,6 +17,7 @@ from empriv.score.memorization import (
 )
 from empriv.score.perturb import perturb
 from empriv.secrets.mining import split_secret
+from tiny_models import tiny_gpt2, train_to_memorise
 
 SECRET = "Rita Mcconnell\nEB 5781\n713-345-6593"
 
@@ -30,8 +30,6 @@ def small_bpe(corpus):
 
 
 def _fresh(tok):
-    from tiny_models import tiny_gpt2
-
     return tiny_gpt2(vocab_size=tok.vocab_size, n_embd=32, n_head=2, n_layer=1, n_positions=64, seed=0)
 
 
@@ -40,16 +38,7 @@ def memorised(small_bpe):
     """A tiny GPT-2 trained non-privately on SECRET repeated (150 Adam steps)."""
     tok = small_bpe
     model = _fresh(tok)
-    ids, mask = encode_fixed([tok.encode(SECRET)] * 4, tok.eos_id, 64)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(150):
-        loss = per_sample_mean_nll(model, ids, mask).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
-    assert float(loss.detach()) < 0.05
+    assert train_to_memorise(model, tok, SECRET) < 0.05
     return model
 
 

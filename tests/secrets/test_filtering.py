@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import torch
-
 from empriv.config import ConfigError, parse_params
-from empriv.models.lm import encode_fixed, per_sample_mean_nll
 from empriv.models.tokenizer import train_bpe
 from empriv.secrets.filtering import filter_secrets, greedy_text
 from empriv.secrets.mining import split_secret
-from tiny_models import tiny_gpt2
+from tiny_models import tiny_gpt2, train_to_memorise
 
 SECRET = "Forwarded by Stacy B Dasovich/CAL/Enron"
 OTHER = "Karen Lambert/HOU/ECT@ECT, Tana Jones/HOU/ECT@ECT"
@@ -29,15 +26,7 @@ def tok(corpus):
 
 def _trained_on(tok, text: str):
     model = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=32, n_head=2, n_layer=1, n_positions=64, seed=0)
-    ids, mask = encode_fixed([tok.encode(text)] * 4, tok.eos_id, 64)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(150):
-        loss = per_sample_mean_nll(model, ids, mask).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
+    train_to_memorise(model, tok, text)
     return model
 
 
