@@ -59,20 +59,39 @@ def pipeline_models(model_dir: str | None, max_secrets: int | None):
     return models, tok, secrets
 
 
+def _train_jointly(model, tok, texts: list[str], max_offset: int, steps: int, lr: float = 1e-2) -> float:
+    """Non-private Adam on every text at once (0…max_offset random tokens before each copy)."""
+    from empriv.models.lm import encode_fixed, per_sample_mean_nll
+
+    g = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(0, tok.vocab_size, (i % (max_offset + 1),), generator=g).tolist() + tok.encode(t)
+            for t in texts for i in range(8)]
+    ids, mask = encode_fixed(seqs, tok.eos_id, model.config.n_positions)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        loss = per_sample_mean_nll(model, ids, mask).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    return float(loss.detach())
+
+
 def synthetic_models(max_secrets: int | None):
     from empriv.data.synthetic import generate_corpus
     from empriv.models.tokenizer import train_bpe
-    from tiny_models import tiny_gpt2, train_to_memorise
+    from tiny_models import tiny_gpt2
 
     corpus = generate_corpus(3000, 200, 300, 6000, seed=0)
     tok = train_bpe([e.text for e in corpus.public[:600]], 512)
     texts = [s.text for s in corpus.secrets][: max_secrets or 4]
     secrets = [{"id": f"synthetic-{i:02d}", "text": t} for i, t in enumerate(texts)]
     models = {}
-    for name, offset, steps in (("memorised-anywhere", 8, 200), ("memorised-at-start", 0, 150)):
+    # strong (memorised wherever it starts), weak (memorised after the start token only), none
+    for name, offset, steps in (("memorised-anywhere", 8, 300), ("memorised-at-start", 0, 150)):
         m = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=64, n_head=2, n_layer=2, n_positions=96, seed=0)
-        for t in texts:
-            train_to_memorise(m, tok, t, steps=steps, max_offset=offset)
+        _train_jointly(m, tok, texts, offset, steps)
         models[name] = m
     models["untrained"] = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=64, n_head=2, n_layer=2, n_positions=96, seed=1)
     return models, tok, secrets

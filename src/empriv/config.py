@@ -305,7 +305,8 @@ class ScoreParams(_Section):
 
 
 class AnalyzeParams(_Section):
-    scores: list[str] = ["exposure_gap_mean", "exposure_gap_vs_base_mean", "continuation_nll_mean", "vmr_mean", "test_nll"]
+    scores: list[str] = ["acr_mean", "acr_max", "exposure_gap_mean", "exposure_gap_vs_base_mean", "continuation_nll_mean",
+                         "vmr_mean", "test_nll"]
     # Empirical privacy scores (higher = more memorised) for variance, regression, heuristics and selection;
     # the first available one is the report's primary score. Absent or all-null columns are skipped (noted).
     privacy_scores: list[str] = ["acr_mean", "acr_max", "air_mean", "air_max", "exposure_gap_mean", "exposure_gap_worst",

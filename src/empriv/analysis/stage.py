@@ -171,8 +171,8 @@ def analyze(params: Params, out_dir: str | Path = "metrics", plots_dir: str | Pa
 
     ap = params.analyze
     table = run_table(params, train_dir, score_dir, audit_dir)
-    scores = list(ap.scores)
-    summary = {"scores": scores, "per_epsilon": summarize(table, scores), "n_runs": table.height}
+    scores = [s for s in ap.scores if s in table.columns] or list(ap.scores)  # absent ones: summarize says so
+    summary = {"scores": scores, "per_epsilon": summarize(table, list(ap.scores)), "n_runs": table.height}
     analysis, configs = compute_analysis(
         table, privacy_scores=list(ap.privacy_scores), utility=ap.utility,
         base_utility=_base_utility(params, Path(base_metrics)), retention_fraction=ap.retention_fraction,

@@ -16,8 +16,13 @@ def summarize(table, scores: list[str]) -> dict:
     import polars as pl
 
     missing = [s for s in scores if s not in table.columns]
-    if missing:
-        raise ValueError(f"analyze.scores names unknown columns {missing}; available: {table.columns}")
+    if len(missing) == len(scores):
+        raise ValueError(f"analyze.scores names no column of the run table ({missing}); available: {table.columns}")
+    if missing:  # e.g. ACR switched off, or AIR on an e-mail corpus: say so, summarise the rest
+        import logging
+
+        logging.getLogger("empriv.analyze").warning("analyze.scores: no column %s in this cube's runs; skipped", missing)
+        scores = [s for s in scores if s not in missing]
     per_config = table.group_by(["epsilon", "group"]).agg(
         *[pl.col(s).mean().alias(s) for s in scores],
         *[pl.col(s).std(ddof=1).alias(f"{s}__seed_std") for s in scores],

@@ -136,6 +136,14 @@ class _Objective:
         self.n = len(target)
         limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
         self.limit = limit
+        # Only the n positions that predict the target need the output layer (its vocabulary-sized matmul is
+        # most of a small model's cost): ask transformers for the last n + 1 positions' logits only.
+        self.keep = {"logits_to_keep": self.n + 1} if _accepts_logits_to_keep(model) else {}
+
+    def _target_logits(self, L: int, **inputs) -> torch.Tensor:
+        """Logits [B, n, V] at the positions L-1 … L+n-2 (each predicts one target token)."""
+        logits = self.model(**inputs, use_cache=False, **self.keep).logits
+        return logits[:, : self.n] if self.keep else logits[:, L - 1 : L - 1 + self.n]
 
     def check_length(self, prompt_len: int) -> None:
         if self.limit is not None and prompt_len + self.n > self.limit:
@@ -155,7 +163,7 @@ class _Objective:
         for start in range(0, prompts.shape[0], batch):
             p = prompts[start : start + batch]
             ids = torch.cat([p, self.target.expand(p.shape[0], -1)], dim=1)
-            logits = self.model(input_ids=ids, use_cache=False).logits[:, L - 1 : L - 1 + self.n]
+            logits = self._target_logits(L, input_ids=ids)
             self.counts.forward_calls += 1
             self.counts.sequences += p.shape[0]
             losses.append(self._losses(logits))
@@ -167,7 +175,7 @@ class _Objective:
         one_hot = F.one_hot(prompt, self.embed.shape[0]).to(self.embed.dtype).requires_grad_(True)
         x = torch.cat([one_hot @ self.embed, self.embed[self.target].detach()], dim=0).unsqueeze(0)
         L = prompt.shape[0]
-        logits = self.model(inputs_embeds=x, use_cache=False).logits[:, L - 1 : L - 1 + self.n]
+        logits = self._target_logits(L, inputs_embeds=x)
         loss = self._losses(logits)[0]
         (grad,) = torch.autograd.grad(loss, one_hot)
         self.counts.forward_calls += 1
@@ -175,6 +183,15 @@ class _Objective:
         self.counts.sequences += 1
         match = bool((logits[0].argmax(-1) == self.target).all())
         return grad, float(loss.detach()), match
+
+
+def _accepts_logits_to_keep(model) -> bool:
+    import inspect
+
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _candidates(prompt: torch.Tensor, grad: torch.Tensor, top_k: int, n: int, gen: torch.Generator,
