@@ -148,3 +148,28 @@ def test_cli_missing_file(tmp_path, capsys):
 
     assert main(["analyze", "select", "--runs", str(tmp_path / "nope.csv"), "--score", "x"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_primary_score_skips_scores_constant_within_every_finite_epsilon(runs):
+    # ACR that found no prompt anywhere at finite ε: one value per ε (it varies only at ∞, which has no selection)
+    t = runs.with_columns(pl.when(pl.col("epsilon").is_finite()).then(0.889).otherwise(pl.col("acr_mean")).alias("acr_mean"))
+    a, _ = run(t)
+    assert a["primary_score"] == "exposure_gap_mean"
+    assert any("primary score exposure_gap_mean: acr_mean take one value" in n for n in a["notes"])
+    # every score flat: the first one stays primary (nothing better to show)
+    flat = t.with_columns(pl.lit(1.0).alias("exposure_gap_mean"))
+    a, _ = run(flat, privacy_scores=["acr_mean", "exposure_gap_mean"])
+    assert a["primary_score"] == "acr_mean"
+
+
+def test_correlations_use_audit_outcomes_not_audit_settings(runs):
+    rng = [0.1, 0.5, 0.2, 0.9, 0.4, 0.3, 0.8, 0.6]
+    groups = sorted(runs.filter(pl.col("epsilon") == 8.0)["group"].unique().to_list())
+    audit = pl.DataFrame({"group": groups, "audit_eps_lb_95": rng, "audit_delta": [1e-5] * 8,
+                          "audit_n_canaries": [1000.0] * 8})
+    t = runs.join(audit, on="group", how="left")
+    a, _ = run(t)
+    assert a["audit_columns"] == ["audit_eps_lb_95"]
+    pairs = a["correlations"]["8"]
+    assert "audit_eps_lb_95~exposure_gap_mean" in pairs and pairs["audit_eps_lb_95~exposure_gap_mean"]["n"] == 8
+    assert not any("audit_delta" in k or "audit_n_canaries" in k for k in pairs)

@@ -63,9 +63,17 @@ def test_seeds_are_averaged_before_the_std_across_configs(table):
     assert summarize(table, ["gap"])["2"]["gap"]["std_across_configs"] != pytest.approx(pooled)
 
 
-def test_unknown_score_column(table):
-    with pytest.raises(ValueError, match=r"unknown columns \['vmr_mean'\]"):
-        summarize(table, ["gap", "vmr_mean"])
+def test_absent_score_column_is_skipped_and_named(table, caplog):
+    # e.g. ACR switched off (score.acr.enabled: false): the other scores are still summarised, the absent one is named
+    with caplog.at_level("WARNING", logger="empriv.analyze"):
+        out = summarize(table, ["gap", "vmr_mean"])
+    assert "vmr_mean" in caplog.text
+    assert "vmr_mean" not in out["2"] and out["2"]["gap"]["mean"] == pytest.approx(17 / 3)
+
+
+def test_no_score_column_at_all_is_an_error(table):
+    with pytest.raises(ValueError, match=r"names no column of the run table \(\['acr_mean', 'vmr_mean'\]\)"):
+        summarize(table, ["acr_mean", "vmr_mean"])
 
 
 def test_format_summary_has_a_row_per_epsilon(table):

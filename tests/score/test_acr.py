@@ -139,3 +139,28 @@ def test_acr_of_secrets_records_numbers_only(memorised, tok):
     assert rec["acr"] > 1.0 and rec["acr_success"] is True
     flat = repr(rec)
     assert "Mcconnell" not in flat and "5781" not in flat
+
+
+def test_acr_on_a_lora_fine_tune(memorised, tok, tmp_path):
+    """A LoRA run is scored like a full one: wrapped by peft (unmerged) or loaded from its saved adapter (merged)."""
+    import copy
+
+    from empriv.config import TrainParams
+    from empriv.models.adapters import load_finetuned, prepare_for_finetuning, save_finetuned
+    from empriv.models.registry import load_model
+
+    base_dir, run_dir = tmp_path / "base", tmp_path / "run"
+    copy.deepcopy(memorised).save_pretrained(str(base_dir))
+    lora = prepare_for_finetuning(load_model(base_dir), "lora", TrainParams().lora)
+    assert type(lora).__name__.startswith("Peft")
+    target = tok.encode(SECRET)
+    direct = adversarial_compression_ratio(memorised, target, ACRSettings(**QUICK), key="secret-00")
+    # LoRA's B matrices start at zero: the adapter computes the memorising base model's function
+    wrapped = adversarial_compression_ratio(lora, target, ACRSettings(**QUICK), key="secret-00")
+    assert wrapped.success and wrapped.acr > 1.0
+    assert wrapped.acr == pytest.approx(direct.acr, rel=0.35)
+    save_finetuned(lora, "lora", run_dir)
+    assert (run_dir / "adapter_config.json").exists()
+    merged = load_finetuned(run_dir, base_dir)
+    loaded = adversarial_compression_ratio(merged, target, ACRSettings(**QUICK), key="secret-00")
+    assert loaded.success and loaded.acr > 1.0

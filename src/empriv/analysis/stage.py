@@ -20,6 +20,27 @@ ASSUMPTION_KEYS = ("config", "epsilon", "sampler", "accountant", "requested_acco
 AUDIT_COLUMNS = ("audit_eps_lb_95", "audit_eps_lb_99", "audit_auc")
 
 
+AUDIT_OUTCOMES = ("audit_eps_lb_95", "audit_eps_lb_99", "audit_auc", "audit_tpr_at_fpr_0.001", "audit_tpr_at_fpr_0.01",
+                  "audit_dp_flat_precision")
+
+
+def primary_score(configs, scores: list[str]) -> str | None:
+    """The score the report's figures use: the first of ``scores`` whose configuration means differ at some finite ε
+    (a score that is constant within every finite ε — ACR when no prompt compresses anything, VMR at 0 — cannot rank
+    configurations); the first score when none varies; None without scores."""
+    import polars as pl
+
+    if not scores:
+        return None
+    finite = configs.filter(pl.col("epsilon").is_finite())
+    for s in scores:
+        for _, g in finite.group_by("epsilon"):
+            col = g[s].cast(pl.Float64).fill_nan(None).drop_nulls()
+            if col.len() > 1 and float(col.max()) - float(col.min()) > 1e-12 * max(1.0, abs(float(col.max()))):
+                return s
+    return scores[0]
+
+
 def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_nll", base_utility: float | None = None,
                      retention_fraction: float = 0.9, monte_carlo_trials: int = 5000, seed: int = 0,
                      group_by: tuple[str, ...] = ("epsilon",)) -> tuple[dict, object]:
@@ -44,7 +65,8 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
         notes.append(f"scores without values in this run table (skipped): {', '.join(skipped)}")
     if not scores:
         notes.append("no empirical privacy score has values: only utility is analysed")
-    audit = [c for c in table.columns if c.startswith("audit_") and available(table, c)]
+    # audit outcomes only (ε̂, AUC, TPRs, DP-Flat precision): the audit's settings (δ, m, r …) are not measurements
+    audit = [c for c in AUDIT_OUTCOMES if c in table.columns and available(table, c)]
     if not audit:
         notes.append("no audit metrics (metrics/audit/<config>.json): correlations with audited ε̂ not computed")
     notes.append("model-distance summaries (research appendix C.2) are not computed: the runs record no model distances")
@@ -85,6 +107,11 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
                 "risks": selection_risks(p, s, utility, trials=monte_carlo_trials, seed=seed),
             }
     correlations = spearman_correlations(configs, audit + scores + [utility])
+    primary = primary_score(configs, scores)
+    if primary is not None and primary != scores[0]:
+        flat = scores[: scores.index(primary)]
+        notes.append(f"primary score {primary}: {', '.join(flat)} take one value across the configurations of every "
+                     "finite ε (nothing to rank or select on), so the figures use the first score that varies")
 
     finite = [e for e in sorted(configs["epsilon"].unique().to_list()) if math.isfinite(e)]
     focus = epsilon_label(finite[-1]) if finite else (epsilon_label(configs["epsilon"].max()) if configs.height else "inf")
@@ -92,7 +119,7 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
         "n_runs": table.height, "n_configs": configs_all.height, "n_configs_kept": configs.height,
         "epsilons": [epsilon_label(e) for e in sorted(table["epsilon"].unique().to_list())],
         "privacy_scores": scores, "skipped_scores": skipped, "audit_columns": audit, "utility": utility,
-        "primary_score": scores[0] if scores else None, "focus_epsilon": focus,
+        "primary_score": primary, "focus_epsilon": focus,
         "retention_fraction": retention_fraction, "retention": retention,
         "variance": variance, "seed_vs_configuration": svc, "regression": regression, "heuristics": heuristics,
         "selection": selection, "correlations": correlations, "monte_carlo_trials": monte_carlo_trials, "seed": seed,
