@@ -1,6 +1,6 @@
 """Benchmark: empriv's fast ACR search vs the published ACR procedure, same code, same model, same secrets.
 
-Run:  nice python benchmarks/acr.py [--model models/runs/<run>] [--max-secrets N] [--synthetic]
+Run:  nice python benchmarks/acr.py [--model models/runs/<run>] [--max-secrets N | --secrets ID,ID] [--synthetic]
 
 The peer is the published procedure's defaults (top-k 250, 100 candidates, 200 GCG steps at the
 first length, start length 5, +5 tokens and ×1.2 steps after a failure, −1 after a success, a
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # tiny_models for --synthetic
 
 
-def pipeline_models(model_dir: str | None, max_secrets: int | None):
+def pipeline_models(model_dir: str | None, max_secrets: int | None, ids: list[str] | None = None):
     from empriv.io import read_jsonl
     from empriv.models.adapters import load_finetuned
     from empriv.models.registry import load_model
@@ -54,6 +54,11 @@ def pipeline_models(model_dir: str | None, max_secrets: int | None):
     run = max(runs, key=compute) if model_dir is None else runs[0]
     tok = Tokenizer.load(ROOT / "models/tokenizer")
     secrets = [s for s in read_jsonl(ROOT / "data/secrets_filtered.jsonl") if s.get("kind") != "author_genre"]
+    if ids:
+        known = {s["id"] for s in secrets}
+        if unknown := [i for i in ids if i not in known]:
+            raise SystemExit(f"--secrets: unknown id(s) {unknown}; known: {sorted(known)}")
+        secrets = [s for s in secrets if s["id"] in ids]
     secrets = secrets[:max_secrets] if max_secrets else secrets
     models = {run.name: load_finetuned(run, ROOT / "models/base"), "base": load_model(ROOT / "models/base")}
     return models, tok, secrets
@@ -103,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", help="a fine-tuned run directory (default: the pipeline's ε = ∞ run with most compute)")
     ap.add_argument("--max-secrets", type=int, default=None)
+    ap.add_argument("--secrets", help="comma-separated secret ids of the pipeline (instead of the first N)")
+    ap.add_argument("--skip-base", action="store_true", help="pipeline models: the fine-tuned run only")
     ap.add_argument("--synthetic", action="store_true", help="build tiny models here instead of using pipeline outputs")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier timings on a shared machine)")
     ap.add_argument("--goal", type=float, default=5.0, help="required ratio of model passes, published / fast")
@@ -110,7 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    models, tok, secrets = synthetic_models(args.max_secrets) if args.synthetic else pipeline_models(args.model, args.max_secrets)
+    if args.synthetic:
+        models, tok, secrets = synthetic_models(args.max_secrets)
+    else:
+        models, tok, secrets = pipeline_models(args.model, args.max_secrets, args.secrets.split(",") if args.secrets else None)
+        if args.skip_base:
+            models.pop("base")
     published = ACRSettings(strategy="published")
     fast = ACRSettings(strategy="fast")
     print(f"{len(secrets)} secrets × {len(models)} models; peer: published procedure {published}")

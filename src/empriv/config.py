@@ -263,6 +263,7 @@ class ACRParams(_Section):
     max_length: int = Field(30, ge=1)
     seeds: list[int] = Field([0, 1, 2], min_length=1)
     patience: int | None = Field(40, ge=1)
+    patience_tolerance: float = Field(0.02, ge=0.0, lt=1.0)
 
     @field_validator("epsilons", mode="before")
     @classmethod

@@ -164,3 +164,22 @@ def test_acr_on_a_lora_fine_tune(memorised, tok, tmp_path):
     merged = load_finetuned(run_dir, base_dir)
     loaded = adversarial_compression_ratio(merged, target, ACRSettings(**QUICK), key="secret-00")
     assert loaded.success and loaded.acr > 1.0
+
+
+def test_patience_tolerance_cuts_unreachable_lengths_short(tok):
+    """On a model that cannot be prompted into the secret, GCG's loss keeps creeping down by tiny amounts: with a
+    relative tolerance the patience fires and the search spends far fewer passes on the same (failed) answer."""
+    model = _fresh(tok, seed=1)
+    target = tok.encode(SHORT)
+    base = {**QUICK, "max_length": 20, "steps": 80, "patience": 8}
+    plain = adversarial_compression_ratio(model, target, ACRSettings(**base, patience_tolerance=0.0), key="k")
+    tolerant = adversarial_compression_ratio(model, target, ACRSettings(**base, patience_tolerance=0.05), key="k")
+    assert not plain.success and not tolerant.success and tolerant.acr == plain.acr
+    assert tolerant.counts.passes < plain.counts.passes
+    # the published strategy has no patience: the tolerance changes nothing there
+    pub = [adversarial_compression_ratio(model, target, ACRSettings(**{**base, "strategy": "published", "steps": 10},
+                                                                    patience_tolerance=t), key="k").counts.passes
+           for t in (0.0, 0.5)]
+    assert pub[0] == pub[1]
+    with pytest.raises(ValueError, match="patience_tolerance"):
+        ACRSettings(patience_tolerance=1.5)

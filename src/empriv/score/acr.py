@@ -40,7 +40,9 @@ Two strategies run this same search:
        tokens are put in front of it;
     3. seeds share the bound: a later seed only needs to beat the shortest prompt found so far, so
        it starts one token below it (a failure there ends that seed, as the published rule would);
-    4. a length is abandoned after ``patience`` steps without a new best loss;
+    4. a length is abandoned after ``patience`` steps in which the best loss has not improved by at least
+       ``patience_tolerance`` (relative) since the patience last restarted — GCG's loss on an unreachable
+       length keeps creeping down by tiny amounts, so a plain "no new best" rule rarely fires;
     5. duplicate candidates (and the current prompt) are not scored again.
 
 Passes are counted (forward calls, backward calls, sequences scored) so costs can be compared.
@@ -75,12 +77,14 @@ class ACRSettings:
     seeds: tuple[int, ...] = (0, 1, 2)
     strategy: Literal["fast", "published"] = "fast"
     patience: int | None = 40  # fast only: steps without a new best loss before a length is abandoned
+    patience_tolerance: float = 0.02  # fast only: a best loss must improve by this fraction to reset the patience
 
     def __post_init__(self):
         checks = {"top_k": self.top_k >= 1, "candidates": self.candidates >= 1, "steps": self.steps >= 1,
                   "step_growth": self.step_growth >= 1.0, "start_length": self.start_length >= 1,
                   "grow": self.grow >= 1, "max_length": self.max_length >= self.start_length,
-                  "seeds": len(self.seeds) >= 1, "patience": self.patience is None or self.patience >= 1}
+                  "seeds": len(self.seeds) >= 1, "patience": self.patience is None or self.patience >= 1,
+                  "patience_tolerance": 0.0 <= self.patience_tolerance < 1.0}
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"ACR setting {name} has an invalid value {getattr(self, name)!r}")
@@ -219,12 +223,14 @@ class _LengthSearch:
     def run(self, prompt: torch.Tensor, steps: int) -> tuple[bool, torch.Tensor, float]:
         fast = self.s.strategy == "fast"
         best_prompt, best_loss, since_best = prompt.clone(), math.inf, 0
+        best_loss_at_reset = math.inf
         for _ in range(steps):
             grad, loss, match = self.obj.gradient(prompt)
             if match:  # the current prompt already works (a warm start, or read off the gradient pass)
                 return True, prompt, loss
-            if loss < best_loss - 1e-9:
-                best_prompt, best_loss, since_best = prompt.clone(), loss, 0
+            if best_loss == math.inf:  # the start prompt; later, this prompt is the last step's kept candidate,
+                # already counted (its loss here differs from the batch's only by float rounding: not an improvement)
+                best_prompt, best_loss, best_loss_at_reset = prompt.clone(), loss, loss
             cands = _candidates(prompt, grad, self.s.top_k, self.s.candidates, self.gen, dedupe=fast)
             if cands.shape[0] == 0:
                 break
@@ -238,8 +244,15 @@ class _LengthSearch:
                 l1, m1 = self.obj.evaluate(prompt.unsqueeze(0))
                 if bool(m1[0]):
                     return True, prompt, float(l1[0])
-            if float(losses[i]) < best_loss - 1e-9:
-                best_prompt, best_loss, since_best = prompt.clone(), float(losses[i]), 0
+            new_loss = float(losses[i])
+            if new_loss < best_loss - 1e-9:
+                # patience restarts only on a real improvement (fast: by patience_tolerance of the best so far)
+                real = not fast or new_loss < best_loss_at_reset * (1.0 - self.s.patience_tolerance) - 1e-9
+                best_prompt, best_loss = prompt.clone(), new_loss
+                if real:
+                    best_loss_at_reset, since_best = new_loss, 0
+                else:
+                    since_best += 1
             else:
                 since_best += 1
             if self.bar is not None:
