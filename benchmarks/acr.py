@@ -65,22 +65,13 @@ def pipeline_models(model_dir: str | None, max_secrets: int | None, ids: list[st
 
 
 def _train_jointly(model, tok, texts: list[str], max_offset: int, steps: int, lr: float = 1e-2) -> float:
-    """Non-private Adam on every text at once (0…max_offset random tokens before each copy)."""
-    from empriv.models.lm import encode_fixed, per_sample_mean_nll
+    """Non-private Adam on every text at once (0…max_offset random tokens before each of 8 copies)."""
+    from tiny_models import train_on_sequences
 
     g = torch.Generator().manual_seed(0)
     seqs = [torch.randint(0, tok.vocab_size, (i % (max_offset + 1),), generator=g).tolist() + tok.encode(t)
             for t in texts for i in range(8)]
-    ids, mask = encode_fixed(seqs, tok.eos_id, model.config.n_positions)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    for _ in range(steps):
-        loss = per_sample_mean_nll(model, ids, mask).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
-    return float(loss.detach())
+    return train_on_sequences(model, seqs, tok.eos_id, steps, lr)
 
 
 def synthetic_models(max_secrets: int | None):

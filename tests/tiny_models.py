@@ -31,8 +31,6 @@ def train_to_memorise(model, tokenizer, text: str, steps: int = 150, lr: float =
     ``max_offset`` > 0 puts 0…max_offset random tokens before the text in each copy (16 copies), so the
     text is memorised wherever it starts — as a secret inside longer documents is.
     """
-    from empriv.models.lm import encode_fixed, per_sample_mean_nll
-
     if max_offset:
         g = torch.Generator().manual_seed(0)
         vocab = model.config.vocab_size
@@ -40,7 +38,14 @@ def train_to_memorise(model, tokenizer, text: str, steps: int = 150, lr: float =
                 for i in range(16)]
     else:
         seqs = [tokenizer.encode(text)] * 4
-    ids, mask = encode_fixed(seqs, tokenizer.eos_id, model.config.n_positions)
+    return train_on_sequences(model, seqs, tokenizer.eos_id, steps, lr)
+
+
+def train_on_sequences(model, seqs: list[list[int]], eos_id: int, steps: int, lr: float = 1e-2) -> float:
+    """Full-batch non-private Adam on token sequences (padded to the model's window); returns the final loss."""
+    from empriv.models.lm import encode_fixed, per_sample_mean_nll
+
+    ids, mask = encode_fixed(seqs, eos_id, model.config.n_positions)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     for _ in range(steps):

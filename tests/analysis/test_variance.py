@@ -142,3 +142,12 @@ def test_spearman_correlations():
     assert out["8"]["audit_eps_lb_95~y"]["p"] == pytest.approx(ref.pvalue)
     assert out["8"]["y~zero"]["rho"] is None  # constant column
     assert not any("absent" in k for k in out["8"])
+
+
+def test_equal_configuration_means_have_exactly_zero_std():
+    # 0.889 eight times: the mean's rounding residue must not show up as a spread of ~2e-16
+    t = pl.DataFrame({"epsilon": [2.0] * 8, "group": list("ABCDEFGH"), "seed": [0] * 8, "acr": [8 / 9] * 8})
+    assert summarize(t, ["acr"])["2"]["acr"]["std_across_configs"] == 0.0
+    from empriv.analysis.variance import group_std
+
+    assert group_std(t, "acr")[0]["std"] == 0.0

@@ -36,7 +36,7 @@ def summarize(table, scores: list[str]) -> dict:
             col = g[s].drop_nulls()
             entry[s] = {
                 "mean": float(col.mean()) if col.len() else None,
-                "std_across_configs": float(col.std(ddof=1)) if col.len() > 1 else None,
+                "std_across_configs": (0.0 if col.min() == col.max() else float(col.std(ddof=1))) if col.len() > 1 else None,
                 "min": float(col.min()) if col.len() else None,
                 "max": float(col.max()) if col.len() else None,
                 "mean_seed_std": _nan_none(g[f"{s}__seed_std"].drop_nulls().mean()),
@@ -106,6 +106,8 @@ def group_std(configs, score: str, by: list[str] | tuple[str, ...] = ("epsilon",
 def _std(vals: list[float]) -> float | None:
     if len(vals) < 2:
         return None
+    if max(vals) == min(vals):
+        return 0.0  # equal values: exactly 0, not the rounding residue of their mean (~1e-16)
     m = sum(vals) / len(vals)
     return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
 
