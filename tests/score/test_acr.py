@@ -90,8 +90,8 @@ def test_a_found_prompt_really_reproduces_the_secret(memorised, tok):
     counts = PassCount()
     obj = acr_mod._Objective(memorised, target, counts)
     gen = torch.Generator().manual_seed(0)
-    ok, prompt, loss = acr_mod._LengthSearch(obj, ACRSettings(**QUICK), gen).run(
-        acr_mod._random_prompt(6, tok.vocab_size, gen, obj.device), 60)
+    ok, prompt, loss = acr_mod._LengthSearch(obj, ACRSettings(**QUICK)).run(
+        acr_mod._random_prompt(6, tok.vocab_size, gen, obj.device), 60, gen)
     assert ok
     assert _greedy_reproduces(memorised, prompt.tolist(), target)
     # and a random prompt of the same length does not
@@ -183,3 +183,20 @@ def test_patience_tolerance_cuts_unreachable_lengths_short(tok):
     assert pub[0] == pub[1]
     with pytest.raises(ValueError, match="patience_tolerance"):
         ACRSettings(patience_tolerance=1.5)
+
+
+def test_fast_seeds_share_model_calls(tok):
+    """Fast: seeds searching the same length share each GCG step's gradient and candidate calls; every seed still
+    runs the whole schedule from the start length (as published), and ACR is the best over seeds."""
+    model = _fresh(tok, seed=1)
+    target = tok.encode(SHORT)
+    s = {**QUICK, "max_length": 20, "steps": 12, "patience": None, "seeds": (0, 1)}
+    both = adversarial_compression_ratio(model, target, ACRSettings(**s), key="k")
+    alone = [adversarial_compression_ratio(model, target, ACRSettings(**{**s, "seeds": (seed,)}), key="k") for seed in (0, 1)]
+    assert [r["lengths_tried"] for r in both.per_seed] == [["5-", "10-", "15-"]] * 2
+    # the same steps for both seeds (no patience, all fail): one call per step serves both
+    assert both.counts.backward_calls == alone[0].counts.backward_calls == alone[1].counts.backward_calls
+    assert both.counts.sequences == sum(r.counts.sequences for r in alone)
+    assert both.counts.passes < sum(r.counts.passes for r in alone)
+    published = adversarial_compression_ratio(model, target, ACRSettings(**{**s, "strategy": "published"}), key="k")
+    assert published.counts.backward_calls == 2 * both.counts.backward_calls  # published: every seed on its own

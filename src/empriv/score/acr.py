@@ -30,16 +30,19 @@ Two strategies run this same search:
 - ``published`` — the procedure as published: a random restart at every length, a separate
   forward pass per step to check the kept prompt for success, every seed searched from scratch,
   a fixed number of steps per length.
-- ``fast`` (the default) — the same rule and stopping criteria with these savings, each measured
-  in ``benchmarks/acr.py``:
-    1. success is read off the candidate batch itself (every candidate's arg-maxes come with its
+- ``fast`` (the default) — every seed follows the same rule and stopping criteria from the same start
+  length, with these savings, each measured in ``benchmarks/acr.py``:
+    1. the seeds run in lockstep: the seeds searching the same length share one gradient call (a batch
+       of prompts, one forward + one backward) and one forward call for all their candidates, so a GCG
+       step costs 3 model calls for all seeds instead of 4 per seed; each seed keeps its own random
+       generator, so what it finds does not depend on which seeds share its calls (up to the floating-point
+       rounding of a batched call);
+    2. success is read off the candidate batch itself (every candidate's arg-maxes come with its
        loss), so there is no extra pass per step and a success is caught the moment it is sampled;
-    2. warm starts: after a success at length L, the L prompts obtained by deleting one token are
+    3. warm starts: after a success at length L, the L prompts obtained by deleting one token are
        scored in one pass — if one already works the next length costs a single pass — and GCG
        starts from the best of them; after a failure the best prompt so far is kept and new random
        tokens are put in front of it;
-    3. seeds share the bound: a later seed only needs to beat the shortest prompt found so far, so
-       it starts one token below it (a failure there ends that seed, as the published rule would);
     4. a length is abandoned after ``patience`` steps in which the best loss has not improved by at least
        ``patience_tolerance`` (relative) since the patience last restarted — GCG's loss on an unreachable
        length keeps creeping down by tiny amounts, so a plain "no new best" rule rarely fires;
@@ -174,19 +177,20 @@ class _Objective:
             matches.append((logits.argmax(-1) == self.target).all(1))
         return torch.cat(losses), torch.cat(matches)
 
-    def gradient(self, prompt: torch.Tensor) -> tuple[torch.Tensor, float, bool]:
-        """(∂loss/∂one-hot [L, V], loss, exact match) at one prompt [L]."""
-        one_hot = F.one_hot(prompt, self.embed.shape[0]).to(self.embed.dtype).requires_grad_(True)
-        x = torch.cat([one_hot @ self.embed, self.embed[self.target].detach()], dim=0).unsqueeze(0)
-        L = prompt.shape[0]
+    def gradients(self, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(∂loss/∂one-hot [B, L, V], loss [B], exact match [B]) at prompts [B, L]: one forward and one
+        backward call for the whole batch (rows do not interact, so each row's gradient is its own)."""
+        B, L = prompts.shape
+        one_hot = F.one_hot(prompts, self.embed.shape[0]).to(self.embed.dtype).requires_grad_(True)
+        x = torch.cat([one_hot @ self.embed, self.embed[self.target].detach().expand(B, -1, -1)], dim=1)
         logits = self._target_logits(L, inputs_embeds=x)
-        loss = self._losses(logits)[0]
-        (grad,) = torch.autograd.grad(loss, one_hot)
+        losses = self._losses(logits)
+        (grad,) = torch.autograd.grad(losses.sum(), one_hot)
         self.counts.forward_calls += 1
         self.counts.backward_calls += 1
-        self.counts.sequences += 1
-        match = bool((logits[0].argmax(-1) == self.target).all())
-        return grad, float(loss.detach()), match
+        self.counts.sequences += B
+        matches = (logits.detach().argmax(-1) == self.target).all(1)
+        return grad, losses.detach(), matches
 
 
 def _accepts_logits_to_keep(model) -> bool:
@@ -214,83 +218,117 @@ def _candidates(prompt: torch.Tensor, grad: torch.Tensor, top_k: int, n: int, ge
     return cands.to(prompt.device)
 
 
+@dataclass
+class _Member:
+    """One search seed's GCG at one prompt length (state of a batched length search)."""
+
+    prompt: torch.Tensor
+    steps: int
+    gen: torch.Generator
+    best_prompt: torch.Tensor | None = None
+    best_loss: float = math.inf
+    loss_at_reset: float = math.inf
+    since_best: int = 0
+    step: int = 0
+    result: tuple[bool, torch.Tensor, float] | None = None
+
+
 class _LengthSearch:
-    """GCG at one prompt length; returns (success, best prompt, best loss)."""
+    """GCG at one prompt length for one or several seeds at once; each gets (success, best prompt, best loss).
 
-    def __init__(self, obj: _Objective, s: ACRSettings, gen: torch.Generator, bar=None):
-        self.obj, self.s, self.gen, self.bar = obj, s, gen, bar
+    Fast strategy: the seeds searching the same length share one gradient call (a batch of prompts) and one
+    candidate forward call (every seed's candidates together). Published strategy: one seed per call."""
 
-    def run(self, prompt: torch.Tensor, steps: int) -> tuple[bool, torch.Tensor, float]:
+    def __init__(self, obj: _Objective, s: ACRSettings, bar=None):
+        self.obj, self.s, self.bar = obj, s, bar
+
+    def run(self, prompt: torch.Tensor, steps: int, gen: torch.Generator) -> tuple[bool, torch.Tensor, float]:
+        return self.run_batch([_Member(prompt, steps, gen)])[0]
+
+    def run_batch(self, members: list[_Member]) -> list[tuple[bool, torch.Tensor, float]]:
         fast = self.s.strategy == "fast"
-        best_prompt, best_loss, since_best = prompt.clone(), math.inf, 0
-        best_loss_at_reset = math.inf
-        for _ in range(steps):
-            grad, loss, match = self.obj.gradient(prompt)
-            if match:  # the current prompt already works (a warm start, or read off the gradient pass)
-                return True, prompt, loss
-            if best_loss == math.inf:  # the start prompt; later, this prompt is the last step's kept candidate,
-                # already counted (its loss here differs from the batch's only by float rounding: not an improvement)
-                best_prompt, best_loss, best_loss_at_reset = prompt.clone(), loss, loss
-            cands = _candidates(prompt, grad, self.s.top_k, self.s.candidates, self.gen, dedupe=fast)
-            if cands.shape[0] == 0:
+        active = [m for m in members if m.steps > 0]
+        for m in members:
+            if m.steps <= 0:
+                m.result = (False, m.prompt, math.inf)
+        while active:
+            grads, glosses, gmatches = self.obj.gradients(torch.stack([m.prompt for m in active]))
+            batch: list[tuple[_Member, torch.Tensor]] = []
+            for j, m in enumerate(active):
+                if bool(gmatches[j]):  # the current prompt already works (a warm start)
+                    m.result = (True, m.prompt, float(glosses[j]))
+                    continue
+                if m.best_prompt is None:  # the start prompt; later this prompt is the last kept candidate
+                    m.best_prompt, m.best_loss, m.loss_at_reset = m.prompt.clone(), float(glosses[j]), float(glosses[j])
+                cands = _candidates(m.prompt, grads[j], self.s.top_k, self.s.candidates, m.gen, dedupe=fast)
+                if cands.shape[0] == 0:
+                    m.result = (False, m.best_prompt, m.best_loss)
+                    continue
+                batch.append((m, cands))
+            if not batch:
                 break
-            losses, matches = self.obj.evaluate(cands)
-            if fast and bool(matches.any()):
-                i = int(torch.where(matches, losses, torch.full_like(losses, math.inf)).argmin())
-                return True, cands[i], float(losses[i])
-            i = int(losses.argmin())
-            prompt = cands[i]  # GCG keeps the batch's best even when it is worse than the current prompt
-            if not fast:  # published: a separate pass checks the kept prompt
-                l1, m1 = self.obj.evaluate(prompt.unsqueeze(0))
-                if bool(m1[0]):
-                    return True, prompt, float(l1[0])
-            new_loss = float(losses[i])
-            if new_loss < best_loss - 1e-9:
-                # patience restarts only on a real improvement (fast: by patience_tolerance of the best so far)
-                real = not fast or new_loss < best_loss_at_reset * (1.0 - self.s.patience_tolerance) - 1e-9
-                best_prompt, best_loss = prompt.clone(), new_loss
-                if real:
-                    best_loss_at_reset, since_best = new_loss, 0
-                else:
-                    since_best += 1
-            else:
-                since_best += 1
-            if self.bar is not None:
-                self.bar.update(1)
-                self.bar.set_postfix(len=prompt.shape[0], loss=f"{best_loss:.3f}", refresh=False)
-            if fast and self.s.patience is not None and since_best >= self.s.patience:
-                break
-        return False, best_prompt, best_loss
+            losses, matches = self.obj.evaluate(torch.cat([c for _, c in batch]))
+            still, start = [], 0
+            for m, cands in batch:
+                sl = slice(start, start + cands.shape[0])
+                start += cands.shape[0]
+                if self._step(m, cands, losses[sl], matches[sl], fast):
+                    still.append(m)
+            active = still
+        return [m.result for m in members]
+
+    def _step(self, m: _Member, cands, losses, matches, fast: bool) -> bool:
+        """Apply one GCG step's candidate scores to ``m``; False once its search at this length is over."""
+        if fast and bool(matches.any()):  # success read off the batch itself
+            i = int(torch.where(matches, losses, torch.full_like(losses, math.inf)).argmin())
+            m.result = (True, cands[i], float(losses[i]))
+            return False
+        i = int(losses.argmin())
+        m.prompt = cands[i]  # GCG keeps the batch's best even when it is worse than the current prompt
+        if not fast:  # published: a separate pass checks the kept prompt
+            l1, m1 = self.obj.evaluate(m.prompt.unsqueeze(0))
+            if bool(m1[0]):
+                m.result = (True, m.prompt, float(l1[0]))
+                return False
+        new_loss = float(losses[i])
+        m.since_best += 1
+        if new_loss < m.best_loss - 1e-9:
+            m.best_prompt, m.best_loss = m.prompt.clone(), new_loss
+            # patience restarts only on a real improvement: by patience_tolerance of the loss at the last restart
+            if new_loss < m.loss_at_reset * (1.0 - self.s.patience_tolerance) - 1e-9:
+                m.loss_at_reset, m.since_best = new_loss, 0
+        m.step += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(len=m.prompt.shape[0], loss=f"{m.best_loss:.3f}", refresh=False)
+        if m.step >= m.steps or (fast and self.s.patience is not None and m.since_best >= self.s.patience):
+            m.result = (False, m.best_prompt, m.best_loss)
+            return False
+        return True
 
 
 def _random_prompt(length: int, vocab: int, gen: torch.Generator, device) -> torch.Tensor:
     return torch.randint(0, vocab, (length,), generator=gen).to(device)
 
 
-def _minimise_one_seed(obj: _Objective, s: ACRSettings, seed: int, key: str, upper: int | None, bar) -> dict:
-    """The MiniPrompt length schedule for one search seed. ``upper``: shortest success of earlier seeds
-    (fast strategy only: this seed starts just below it)."""
+def _seed_schedule(obj: _Objective, s: ACRSettings, seed: int, key: str):
+    """The MiniPrompt length schedule of one search seed, as a generator: it yields the GCG searches it needs
+    (a ``_Member``) and is sent back each one's (success, prompt, loss); it returns the seed's record."""
     gen = torch.Generator().manual_seed(_seed_of(seed, key))
     vocab = obj.embed.shape[0]
     fast = s.strategy == "fast"
-    running_max = s.max_length if upper is None else upper  # shortest success known (exclusive bound)
-    running_min = 0  # longest failure known
-    n = s.start_length if upper is None else upper - 1
-    if n < 1:
-        return {"seed": seed, "prompt_tokens": None, "lengths_tried": []}
-    steps = s.steps
-    search = _LengthSearch(obj, s, gen, bar)
+    running_max, running_min = s.max_length, 0  # shortest success known (exclusive bound), longest failure known
+    n, steps = s.start_length, s.steps
     best_success: int | None = None
     warm: torch.Tensor | None = None  # fast: the prompt to start the next length from
     tried = []
     while True:
         obj.check_length(n)
         start = warm if (fast and warm is not None) else _random_prompt(n, vocab, gen, obj.device)
-        ok, prompt, _ = search.run(start, steps)
+        ok, prompt, _ = yield _Member(start, steps, gen)
         tried.append((n, ok))
         if ok:
-            best_success = n
-            running_max = n
+            best_success = running_max = n
             new_n = n - 1
             if fast and new_n >= 1:
                 warm = _best_deletion(obj, prompt)
@@ -304,6 +342,36 @@ def _minimise_one_seed(obj: _Objective, s: ACRSettings, seed: int, key: str, upp
             break
         n = new_n
     return {"seed": seed, "prompt_tokens": best_success, "lengths_tried": [f"{m}{'+' if ok else '-'}" for m, ok in tried]}
+
+
+def _search_seeds(obj: _Objective, s: ACRSettings, key: str, bar) -> list[dict]:
+    """Run every seed's schedule. Published: one search at a time. Fast: the seeds waiting on the same prompt
+    length are searched together (one batched call per GCG step for all of them). Each seed draws from its own
+    generator, so a seed's result does not depend on which others share its calls."""
+    search = _LengthSearch(obj, s, bar)
+    schedules = {seed: _seed_schedule(obj, s, seed, key) for seed in s.seeds}
+    records: dict[int, dict] = {}
+    waiting: dict[int, _Member] = {}
+
+    def advance(seed: int, result) -> None:
+        try:
+            waiting[seed] = schedules[seed].send(result)
+        except StopIteration as done:
+            waiting.pop(seed, None)
+            records[seed] = done.value
+
+    for seed in s.seeds:
+        advance(seed, None)
+    while waiting:
+        if s.strategy == "fast":
+            length = min(m.prompt.shape[0] for m in waiting.values())
+            group = [seed for seed, m in waiting.items() if m.prompt.shape[0] == length]
+        else:
+            group = [next(iter(waiting))]
+        results = search.run_batch([waiting[seed] for seed in group])
+        for seed, result in zip(group, results):
+            advance(seed, result)
+    return [records[seed] for seed in s.seeds]
 
 
 def _best_deletion(obj: _Objective, prompt: torch.Tensor) -> torch.Tensor:
@@ -351,19 +419,14 @@ def adversarial_compression_ratio(model, target_ids: Sequence[int], settings: AC
         from tqdm import tqdm
 
         bar = tqdm(desc=f"ACR {key}", unit="step", leave=False, dynamic_ncols=True)
-    per_seed = []
-    best: int | None = None
     try:
-        for seed in settings.seeds:
-            upper = best if settings.strategy == "fast" else None
-            rec = _minimise_one_seed(obj, settings, seed, key, upper, bar)
-            per_seed.append(rec)
-            if rec["prompt_tokens"] is not None and (best is None or rec["prompt_tokens"] < best):
-                best = rec["prompt_tokens"]
+        per_seed = _search_seeds(obj, settings, key, bar)
     finally:
         if bar is not None:
             bar.close()
         model.train(was_training)
+    found = [r["prompt_tokens"] for r in per_seed if r["prompt_tokens"] is not None]
+    best = min(found) if found else None  # ACR = max over seeds of |s| / |p*_seed|
     n = len(target_ids)
     acr = n / best if best is not None else min(1.0, n / settings.max_length)
     return ACRResult(acr=acr, success=best is not None, target_tokens=n, prompt_tokens=best, per_seed=per_seed,
