@@ -9,7 +9,8 @@ tokens, 3 search seeds each run in full), run by ``empriv.score.acr`` with ``str
 empriv's default is ``strategy="fast"`` with the same knobs (see the module's docstring for what it
 changes). For every secret both searches run on the same model; the script prints each ACR, the
 model passes (batched forward calls + backward calls), the sequences scored and the wall time, then
-the totals, their ratios (published / fast) and how many secrets reach the same ACR.
+the totals, their ratios (published / fast) and how many secrets reach the same ACR (a failed search has no
+ACR: it is shown as "<=bound", two failures count as equal and a success beats a failure).
 
 Models: by default the pipeline's non-private fine-tune with the most compute (``models/runs/
 epsinf-…-s0``) and the base model, on ``data/secrets_filtered.jsonl`` (run ``make repro`` first).
@@ -93,6 +94,21 @@ def synthetic_models(max_secrets: int | None):
     return models, tok, secrets
 
 
+def _shown(res) -> str:
+    """A measured ACR, or for a failed search (no value) its upper bound as "<=x"."""
+    return f"{res.acr:.3f}" if res.success else f"<={res.upper_bound:.2f}"
+
+
+def _compare(row: dict) -> int:
+    """1 if fast found a shorter prompt (higher ACR), 0 if both reached the same outcome, −1 if fast did worse.
+
+    A failed search has no ACR (only a bound): a success beats a failure; two failures of the same schedule are equal."""
+    a, b = row["acr_fast"], row["acr_published"]
+    if a is None or b is None:
+        return 0 if a is None and b is None else (1 if b is None else -1)
+    return 0 if abs(a - b) < 1e-9 else (1 if a > b else -1)
+
+
 def main(argv: list[str] | None = None) -> int:
     from empriv.score.acr import ACRSettings, adversarial_compression_ratio
 
@@ -131,17 +147,18 @@ def main(argv: list[str] | None = None) -> int:
             (rp, tp), (rf, tf) = res["published"], res["fast"]
             row = {"model": mname, "secret": s["id"], "target_tokens": len(target), "acr_published": rp.acr,
                    "acr_fast": rf.acr, "success_published": rp.success, "success_fast": rf.success,
+                   "bound_published": rp.upper_bound, "bound_fast": rf.upper_bound,
                    "passes_published": rp.counts.passes, "passes_fast": rf.counts.passes,
                    "sequences_published": rp.counts.sequences, "sequences_fast": rf.counts.sequences,
                    "seconds_published": tp, "seconds_fast": tf}
             rows.append(row)
-            print(f"{mname[:27]:<28}{s['id']:<14}{len(target):>4}{rp.acr:>9.3f}{rf.acr:>9.3f}{rp.counts.passes:>11}"
+            print(f"{mname[:27]:<28}{s['id']:<14}{len(target):>4}{_shown(rp):>9}{_shown(rf):>9}{rp.counts.passes:>11}"
                   f"{rf.counts.passes:>7}{rp.counts.passes / rf.counts.passes:>7.1f}"
                   f"{rp.counts.sequences / rf.counts.sequences:>10.1f}{tp:>8.1f}{tf:>8.1f}", flush=True)
     tot = {k: sum(r[k] for r in rows) for k in ("passes_published", "passes_fast", "sequences_published",
                                                   "sequences_fast", "seconds_published", "seconds_fast")}
-    same = sum(abs(r["acr_fast"] - r["acr_published"]) < 1e-9 for r in rows)
-    higher = sum(r["acr_fast"] > r["acr_published"] + 1e-9 for r in rows)
+    order = [_compare(r) for r in rows]
+    same, higher = order.count(0), order.count(1)
     lower = len(rows) - same - higher
     ratio = tot["passes_published"] / tot["passes_fast"]
     print(f"\ntotal model passes: published {tot['passes_published']}, fast {tot['passes_fast']} → {ratio:.1f}× fewer")

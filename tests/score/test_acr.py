@@ -61,17 +61,43 @@ def test_untrained_model_does_not_compress(tok):
     target = tok.encode(SHORT)
     assert len(target) <= 20
     assert len(target) >= 12  # long enough that a 5-token prompt would compress it
-    s = ACRSettings(**{**QUICK, "max_length": 20, "steps": 30})
+    s = ACRSettings(**{**QUICK, "max_length": 16, "steps": 30})
     res = adversarial_compression_ratio(model, target, s, key="secret-01")
-    assert not res.success and res.prompt_tokens is None
-    # no prompt shorter than max_length (> |s|) works: the reported value is the bound |s| / max_length
-    assert res.acr == pytest.approx(len(target) / 20)
-    assert res.acr < 1.0
+    # a failed search measured nothing: no ACR value, only a bound
+    assert not res.success and res.prompt_tokens is None and res.acr is None
     # the published schedule: 5 fails → 10 fails → 15 fails → 20 reaches the max_length bound: stop
+    assert [r["lengths_tried"] for r in res.per_seed] == [["5-", "10-", "15-"]] * 2
+    # every length < max_length = 16 is ruled out (15 was the last one tried): ACR ≤ |s| / 16 = |s| / max_length
+    assert res.longest_tried == 15
+    assert res.upper_bound == pytest.approx(len(target) / 16)
+    rec = res.record()
+    assert rec["acr"] is None and rec["acr_success"] is False
+    assert rec["acr_upper_bound"] == pytest.approx(len(target) / 16) and rec["acr_longest_tried"] == 15
+
+
+def test_failed_search_bound_follows_the_lengths_tried(tok):
+    """The bound is |s| / (longest length tried + 1), which is |s| / max_length only when the schedule reaches
+    max_length − 1: with start 5, grow 5 and max_length 20, lengths 16–19 are never tried, so ACR ≤ |s| / 16."""
+    model = _fresh(tok, seed=1)
+    target = tok.encode(SHORT)
+    res = adversarial_compression_ratio(model, target, ACRSettings(**{**QUICK, "max_length": 20, "steps": 30}), key="secret-01")
+    assert not res.success and res.acr is None
     assert res.per_seed[0]["lengths_tried"] == ["5-", "10-", "15-"]
-    # a search bound shorter than the secret shows no compression: capped at 1, not |s| / max_length > 1
-    short = adversarial_compression_ratio(model, tok.encode(SECRET), ACRSettings(**{**QUICK, "steps": 10}), key="s")
-    assert not short.success and short.acr == 1.0
+    assert res.upper_bound == pytest.approx(len(target) / 16)
+    assert res.upper_bound > len(target) / 20  # the published |s| / max_length would claim more than was searched
+    # a secret longer than every length tried: the bound is above 1 (not capped) — the search cannot rule out compression
+    secret = tok.encode(SECRET)
+    short = adversarial_compression_ratio(model, secret, ACRSettings(**{**QUICK, "steps": 10}), key="s")
+    assert not short.success and short.acr is None
+    assert short.per_seed[0]["lengths_tried"] == ["5-", "10-"] and short.longest_tried == 10  # max_length 12
+    assert short.upper_bound == pytest.approx(len(secret) / 11) and short.upper_bound > 1.0
+
+
+def test_a_success_has_no_bound(memorised, tok):
+    res = adversarial_compression_ratio(memorised, tok.encode(SECRET), ACRSettings(**QUICK), key="secret-00")
+    rec = res.record()
+    assert rec["acr_success"] is True and rec["acr"] == pytest.approx(len(tok.encode(SECRET)) / res.prompt_tokens)
+    assert rec["acr_upper_bound"] is None and rec["acr_longest_tried"] is None
 
 
 def test_same_seed_same_result(memorised, tok):
@@ -174,7 +200,8 @@ def test_patience_tolerance_cuts_unreachable_lengths_short(tok):
     base = {**QUICK, "max_length": 20, "steps": 80, "patience": 8}
     plain = adversarial_compression_ratio(model, target, ACRSettings(**base, patience_tolerance=0.0), key="k")
     tolerant = adversarial_compression_ratio(model, target, ACRSettings(**base, patience_tolerance=0.05), key="k")
-    assert not plain.success and not tolerant.success and tolerant.acr == plain.acr
+    assert not plain.success and not tolerant.success and tolerant.acr is None and plain.acr is None
+    assert tolerant.upper_bound == plain.upper_bound == pytest.approx(len(target) / 16)  # both tried 5, 10, 15
     assert tolerant.counts.passes < plain.counts.passes
     # the published strategy has no patience: the tolerance changes nothing there
     pub = [adversarial_compression_ratio(model, target, ACRSettings(**{**base, "strategy": "published", "steps": 10},

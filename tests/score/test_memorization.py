@@ -121,15 +121,43 @@ def test_score_secrets_rows_and_aggregate(memorised, small_bpe):
 
 def test_aggregate_by_hand():
     rows = [
-        {"vmr": 0.0, "exposure_gap": 1.0, "continuation_nll": 3.0, "acr": 0.5},
-        {"vmr": 0.2, "exposure_gap": -1.0, "continuation_nll": 2.0, "acr": 2.5},
+        {"vmr": 0.0, "exposure_gap": 1.0, "continuation_nll": 3.0, "acr": 0.5, "acr_success": True, "acr_upper_bound": None},
+        {"vmr": 0.2, "exposure_gap": -1.0, "continuation_nll": 2.0, "acr": 2.5, "acr_success": True, "acr_upper_bound": None},
         {"vmr": 0.4, "exposure_gap": 3.0, "continuation_nll": 4.0, "acr": None},  # ACR not searched for this one
     ]
     assert aggregate(rows) == pytest.approx({
         "vmr_mean": 0.2, "vmr_worst": 0.4, "vmr_max": 0.4, "exposure_gap_mean": 1.0, "exposure_gap_worst": 3.0,
         "continuation_nll_mean": 3.0, "continuation_nll_worst": 2.0, "acr_mean": 1.5, "acr_max": 2.5,
+        "acr_n_searched": 2, "acr_n_success": 2, "acr_success_rate": 1.0, "acr_bound_max": None,
     })
     assert aggregate([{"air": 1.0}, {"air": 0.0}, {"air": 0.0}, {"air": 0.0}]) == {"air_mean": 0.25, "air_max": 1.0}
+
+
+def _acr(value=None, bound=None):
+    return {"acr": value, "acr_success": value is not None, "acr_upper_bound": bound}
+
+
+def test_aggregate_acr_over_successes_only():
+    """Failures count in the success rate and nowhere else: their bounds never enter acr_mean / acr_max."""
+    rows = [_acr(2.6), _acr(bound=25 / 11), _acr(1.3), _acr(bound=13 / 11), _acr(bound=10 / 11),
+            {"acr": None, "acr_skipped": "too long for the model's window"}]  # not searched: not counted
+    agg = aggregate(rows)
+    assert agg["acr_n_searched"] == 5 and agg["acr_n_success"] == 2
+    assert agg["acr_success_rate"] == pytest.approx(2 / 5)
+    assert agg["acr_mean"] == pytest.approx((2.6 + 1.3) / 2)  # 1.95, not (2.6 + 1.3 + bounds) / 5
+    assert agg["acr_max"] == pytest.approx(2.6)  # the 25/11 = 2.27 bound is not a measurement
+    assert agg["acr_bound_max"] == pytest.approx(25 / 11)
+
+
+def test_aggregate_acr_all_failures_has_no_value():
+    agg = aggregate([_acr(bound=13 / 11), _acr(bound=10 / 11), _acr(bound=26 / 11)])
+    assert agg["acr_mean"] is None and agg["acr_max"] is None
+    assert agg["acr_success_rate"] == 0.0 and agg["acr_n_success"] == 0 and agg["acr_n_searched"] == 3
+    assert agg["acr_bound_max"] == pytest.approx(26 / 11)
+    # nothing searched (ACR off, or every secret too long): no ACR key at all
+    assert not any(k.startswith("acr") for k in aggregate([{"vmr": 0.0, "acr": None, "acr_skipped": "too long"}]))
+    with pytest.raises(ValueError, match="acr_success true has no acr value"):
+        aggregate([{"acr": None, "acr_success": True}])
 
 
 def test_exposure_gap_vs_base_subtracts_the_base_models_gap(memorised, small_bpe):

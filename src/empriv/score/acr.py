@@ -9,10 +9,18 @@ string length, but the search works on tokens and token ratios are comparable ac
 The prompt consists of free tokens only (no template, no begin-of-text token), followed directly
 by the target tokens, as in the published ACR procedure. A search seed ξ draws the initial prompt
 uniformly from the vocabulary and drives the candidate sampling; ACR = max over seeds of
-|s| / |p*_ξ|. If no length below ``max_length`` succeeds for any seed, the record says
-``success: false`` and the reported value is min(1, |s| / max_length): the published procedure's
-|s| / max_length, which bounds ACR from above when the search covered lengths ≥ |s|, capped at 1
-because a search that found no prompt shorter than the secret shows no compression.
+|s| / |p*_ξ|.
+
+**A failed search is censored, not measured.** If no seed finds a prompt at any length it tries, the
+result has ``success`` False and **no ACR value** (``acr`` None). It carries an upper bound instead,
+``upper_bound`` = |s| / (L + 1), where L is the longest prompt length the search tried (the shortest
+such L over seeds): the schedule takes a failure at a length as ruling out every shorter length, so a
+prompt that works — if one exists — has at least L + 1 tokens, and ACR ≤ |s| / (L + 1) (equivalently
+ACR < |s| / L). That is the published procedure's |s| / max_length only when the schedule reaches
+L = max_length − 1; with start 5, grow 5 and max_length 15 it tries 5 and 10 and stops (15 is never
+tried), so the bound is |s| / 11, not |s| / 15 — lengths 11–14 were never searched. The bound is not
+capped at 1: a bound above 1 means the search could not rule out compression. Like every ACR here it
+is relative to GCG at the given budget, a heuristic: a prompt GCG misses may still exist.
 
 **GCG step** (Zou et al., 2023): one forward/backward pass gives the gradient of the target loss
 with respect to the one-hot prompt tokens; the ``top_k`` tokens with the most negative gradient are
@@ -23,7 +31,8 @@ random one of its top-k tokens, are scored in one batched forward pass; the best
 shrink by one, after a failure grow by ``grow`` (and give the next length ``step_growth`` × the
 steps); stop when the next length reaches the shortest success or falls to the longest failure.
 ``max_length`` is the initial "shortest success" bound, so (as published) lengths ≥ ``max_length``
-are never tried and a failure everywhere shows |p*| ≥ max_length, i.e. ACR ≤ |s| / max_length.
+are never tried (except ``start_length`` itself when it equals ``max_length``); the lengths a failed
+search tried are in each seed's ``lengths_tried``, and its bound (above) follows from the longest of them.
 
 Two strategies run this same search:
 
@@ -114,7 +123,10 @@ class PassCount:
 
 @dataclass
 class ACRResult:
-    acr: float
+    """One target's search. A success has ``acr`` = |s| / |p*| and no bound; a failure has ``acr`` None (nothing
+    was measured) and ``upper_bound`` = |s| / (L + 1), L the longest prompt length tried (see the module docstring)."""
+
+    acr: float | None  # |s| / |p*| on a success; None when no prompt was found
     success: bool
     target_tokens: int
     prompt_tokens: int | None  # shortest successful prompt over seeds (None: no success)
@@ -122,10 +134,13 @@ class ACRResult:
     counts: PassCount = field(default_factory=PassCount)
     wall_time_s: float = 0.0
     max_length: int | None = None  # the length bound the search used (lowered where the window is short)
+    upper_bound: float | None = None  # failures only: ACR ≤ |s| / (longest length tried + 1)
+    longest_tried: int | None = None  # failures only: the L of the bound (shortest over seeds of each one's longest)
 
     def record(self) -> dict:
         """Numbers only (never token ids or text: a prompt that elicits a secret is itself sensitive)."""
-        return {"acr": self.acr, "acr_success": self.success, "acr_target_tokens": self.target_tokens,
+        return {"acr": self.acr, "acr_success": self.success, "acr_upper_bound": self.upper_bound,
+                "acr_longest_tried": self.longest_tried, "acr_target_tokens": self.target_tokens,
                 "acr_prompt_tokens": self.prompt_tokens, "acr_max_length": self.max_length, "acr_per_seed": self.per_seed,
                 "acr_forward_calls": self.counts.forward_calls, "acr_backward_calls": self.counts.backward_calls,
                 "acr_sequences": self.counts.sequences, "acr_wall_time_s": self.wall_time_s}
@@ -341,7 +356,8 @@ def _seed_schedule(obj: _Objective, s: ACRSettings, seed: int, key: str):
         if new_n >= running_max or new_n <= running_min or new_n > s.max_length:
             break
         n = new_n
-    return {"seed": seed, "prompt_tokens": best_success, "lengths_tried": [f"{m}{'+' if ok else '-'}" for m, ok in tried]}
+    return {"seed": seed, "prompt_tokens": best_success, "lengths_tried": [f"{m}{'+' if ok else '-'}" for m, ok in tried],
+            "longest_tried": max(m for m, _ in tried)}
 
 
 def _search_seeds(obj: _Objective, s: ACRSettings, key: str, bar) -> list[dict]:
@@ -394,6 +410,13 @@ def adversarial_compression_ratio(model, target_ids: Sequence[int], settings: AC
                                   key: str = "", progress: bool = False) -> ACRResult:
     """ACR of one target (token ids) under ``model``; ``key`` (e.g. the secret id) seeds the search.
 
+    On a success, ``acr`` = |s| / |p*| with p* the shortest prompt any seed found. When no seed finds a prompt,
+    nothing is measured: ``acr`` is None, ``success`` False, and ``upper_bound`` = |s| / (L + 1) with L the
+    longest length the search tried (``longest_tried``; the shortest such L over seeds): ACR ≤ that bound
+    provided, as the schedule assumes, a failure at L also rules out every shorter length. L is
+    ``max_length`` − 1 only when the schedule reaches it (start_length + k·grow = max_length − 1); otherwise
+    lengths between L and ``max_length`` were never tried and the bound is looser than |s| / max_length.
+
     Where prompt + target cannot fit the model's positions, the length bound becomes window − |s|
     (``max_length`` in the result says which bound was used); a target that leaves no more than
     ``start_length`` positions raises ``ValueError``.
@@ -428,13 +451,21 @@ def adversarial_compression_ratio(model, target_ids: Sequence[int], settings: AC
     found = [r["prompt_tokens"] for r in per_seed if r["prompt_tokens"] is not None]
     best = min(found) if found else None  # ACR = max over seeds of |s| / |p*_seed|
     n = len(target_ids)
-    acr = n / best if best is not None else min(1.0, n / settings.max_length)
+    if best is not None:
+        acr, bound, longest = n / best, None, None
+    else:  # censored: no value, only the bound the lengths tried support
+        longest = min(r["longest_tried"] for r in per_seed)
+        acr, bound = None, n / (longest + 1)
     return ACRResult(acr=acr, success=best is not None, target_tokens=n, prompt_tokens=best, per_seed=per_seed,
-                     counts=counts, wall_time_s=time.time() - t0, max_length=settings.max_length)
+                     counts=counts, wall_time_s=time.time() - t0, max_length=settings.max_length, upper_bound=bound,
+                     longest_tried=longest)
 
 
 def acr_of_secrets(model, tokenizer, secrets: Sequence[dict], settings: ACRSettings, progress: bool = True) -> dict[str, dict]:
-    """ACR record per secret id (the whole secret text is the target), one model loaded once."""
+    """ACR record per secret id (the whole secret text is the target), one model loaded once.
+
+    A searched secret's record has ``acr_success``; a failure has ``acr`` None and ``acr_upper_bound``. A secret
+    too long for the model's window is not searched: ``{"acr": None, "acr_skipped": …}`` (no ``acr_success``)."""
     out = {}
     for s in secrets:
         try:
@@ -446,8 +477,10 @@ def acr_of_secrets(model, tokenizer, secrets: Sequence[dict], settings: ACRSetti
             out[s["id"]] = {"acr": None, "acr_skipped": "too long for the model's window"}
             continue
         out[s["id"]] = res.record()
-        log.info("ACR %s: %.3f (%s, %d target tokens, %d passes, %.1f s)", s["id"], res.acr,
-                 "success" if res.success else "no prompt found", res.target_tokens, res.counts.passes, res.wall_time_s)
+        what = (f"{res.acr:.3f} (a {res.prompt_tokens}-token prompt)" if res.success else
+                f"no prompt of ≤ {res.longest_tried} tokens found (ACR ≤ {res.upper_bound:.3f})")
+        log.info("ACR %s: %s, %d target tokens, %d passes, %.1f s", s["id"], what, res.target_tokens,
+                 res.counts.passes, res.wall_time_s)
     return out
 
 

@@ -4,7 +4,9 @@
   that reproduce s₂; and the greedy variant.
 - **AIR** ((author, genre) secrets, :mod:`empriv.score.air`): does the genre appear in one of 10
   sampled answers to the attribute prompt.
-- **ACR** is searched separately (:mod:`empriv.score.acr`, costly) and merged by the score stage.
+- **ACR** is searched separately (:mod:`empriv.score.acr`, costly) and merged by the score stage; a search that
+  finds no prompt is a censored record (no value, an upper bound), so ACR is summarised as a success rate and
+  the mean / max over successes only (:func:`aggregate`).
 - **Continuation NLL**: NLL of s₂'s tokens given s₁ (mean per token, and total in nats); lower
   means better memorised.
 - **Exposure gap**: mean total NLL of ``n_controls`` format-preserving perturbed controls of the
@@ -28,7 +30,7 @@ from empriv.score.air import attribute_inference
 from empriv.score.vmr import greedy_verbatim_match, verbatim_memorization_ratio
 
 __all__ = ["verbatim_memorization_ratio", "greedy_verbatim_match", "continuation_nll", "exposure_gap",
-           "score_secrets", "aggregate", "make_controls"]
+           "score_secrets", "aggregate", "aggregate_acr", "make_controls"]
 
 
 def continuation_nll(model, tokenizer, prompt: str, continuation: str) -> tuple[float, int]:
@@ -47,13 +49,15 @@ def exposure_gap(model, tokenizer, secret: str, controls: Sequence[str], batch_s
 
 
 def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str, list[str]], score_params,
-                  base_model=None) -> list[dict]:
+                  base_model=None, generator: torch.Generator | None = None) -> list[dict]:
     """Per-secret scores: ids and numbers only (never the secret text).
 
     With ``base_model``, each secret also gets the base model's exposure gap and the fine-tuned
-    model's gap minus it (``exposure_gap_vs_base``).
+    model's gap minus it (``exposure_gap_vs_base``). ``generator`` drives the sampled decoding
+    (VMR, AIR): the scored run's own ``generation`` stream in the pipeline; default one seeded
+    with ``score.seed``.
     """
-    gen = torch.Generator().manual_seed(score_params.seed)
+    gen = generator if generator is not None else torch.Generator().manual_seed(score_params.seed)
     rows = []
     for s in secrets:
         measures: dict = {}
@@ -94,13 +98,24 @@ def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str,
 def aggregate(rows: Sequence[dict]) -> dict:
     """Average case (``_mean``) and worst case over secrets (those that have the score).
 
-    Memorisation scores (VMR, greedy VMR, AIR, ACR): ``_max`` is the worst case. The continuous
-    measures keep their ``_worst`` (max exposure gap, min continuation NLL); VMR also keeps
-    ``vmr_worst`` (= ``vmr_max``) for tables written before ``_max`` existed.
+    Memorisation scores (VMR, greedy VMR, AIR): ``_max`` is the worst case. The continuous measures keep their
+    ``_worst`` (max exposure gap, min continuation NLL); VMR also keeps ``vmr_worst`` (= ``vmr_max``) for tables
+    written before ``_max`` existed.
+
+    ACR is censored (:mod:`empriv.score.acr`): a search that found no prompt measured nothing. Over the secrets
+    that were searched (rows with ``acr_success``; a secret skipped as too long has none):
+
+    - ``acr_n_searched``, ``acr_n_success`` and ``acr_success_rate`` = n_success / n_searched;
+    - ``acr_mean`` / ``acr_max``: over the **successes only**, null when no search succeeded — never averaged
+      with the failures' bounds;
+    - ``acr_bound_max``: the largest upper bound among the failures (every failed secret has ACR ≤ it), null
+      when every search succeeded.
+
+    No ACR key at all when no secret was searched.
     """
     out = {}
     for key, worst, suffixes in (("vmr", max, ("_max", "_worst")), ("vmr_greedy", max, ("_max",)), ("air", max, ("_max",)),
-                                 ("acr", max, ("_max",)), ("exposure_gap", max, ("_worst",)),
+                                 ("exposure_gap", max, ("_worst",)),
                                  ("exposure_gap_vs_base", max, ("_worst",)), ("continuation_nll", min, ("_worst",))):
         vals = [r[key] for r in rows if r.get(key) is not None]
         if not vals:
@@ -108,7 +123,22 @@ def aggregate(rows: Sequence[dict]) -> dict:
         out[f"{key}_mean"] = sum(vals) / len(vals)
         for suffix in suffixes:
             out[f"{key}{suffix}"] = worst(vals)
+    out.update(aggregate_acr(rows))
     return out
+
+
+def aggregate_acr(rows: Sequence[dict]) -> dict:
+    """The ACR part of :func:`aggregate` (successes and failures counted apart; see there)."""
+    searched = [r for r in rows if r.get("acr_success") is not None]
+    if not searched:
+        return {}
+    if any(r.get("acr") is None for r in searched if r["acr_success"]):
+        raise ValueError("an ACR record with acr_success true has no acr value")
+    hits = [float(r["acr"]) for r in searched if r["acr_success"]]
+    bounds = [float(r["acr_upper_bound"]) for r in searched if not r["acr_success"] and r.get("acr_upper_bound") is not None]
+    return {"acr_n_searched": len(searched), "acr_n_success": len(hits), "acr_success_rate": len(hits) / len(searched),
+            "acr_mean": sum(hits) / len(hits) if hits else None, "acr_max": max(hits) if hits else None,
+            "acr_bound_max": max(bounds) if bounds else None}
 
 
 def make_controls(secrets: Sequence[dict], n_controls: int, seed: int) -> dict[str, list[str]]:

@@ -21,6 +21,7 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
     from empriv.models.base import BASE_DIR, TOKENIZER_DIR
     from empriv.models.registry import load_model, resolve_device
     from empriv.models.tokenizer import Tokenizer
+    from empriv.randomness import RunStreams
     from empriv.score.memorization import aggregate, make_controls, score_secrets
     from empriv.score.utility import answer_nll, test_nll as test_nll_of
     from empriv.secrets.filtering import FILTERED_PATH
@@ -37,8 +38,10 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
     with torch.no_grad():
         utility = answer_nll if params.data.source.endswith("tofu") else test_nll_of
         test_nll = utility(model, tok, test_texts, params.base.seq_len, sp.eval_batch_size)
+        # Sampled decoding draws from the run's own stream (empriv.randomness); controls are common to all runs.
+        streams = RunStreams.of(run, method=params.train.method)
         rows = score_secrets(model, tok, secrets, make_controls(secrets, sp.n_controls, sp.seed), sp,
-                             base_model=load_model(BASE_DIR).to(device))
+                             base_model=load_model(BASE_DIR).to(device), generator=streams.generator(f"generation:{sp.seed}"))
     acr_record = run_acr(model, tok, secrets, rows, sp.acr, run)
     metrics = {
         "config": run.name,
@@ -56,7 +59,10 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
     }
     write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
     shown = ", ".join(f"{k} {metrics[k]:.3f}" for k in ("exposure_gap_mean", "exposure_gap_vs_base_mean", "vmr_mean",
-                                                          "acr_mean", "acr_max", "air_mean") if metrics.get(k) is not None)
+                                                          "air_mean") if metrics.get(k) is not None)
+    if metrics.get("acr_n_searched"):
+        shown += (f", ACR found a prompt for {metrics['acr_n_success']}/{metrics['acr_n_searched']} secrets"
+                  + (f" (mean {metrics['acr_mean']:.3f}, max {metrics['acr_max']:.3f} over those)" if metrics["acr_n_success"] else ""))
     log.info("%s: test NLL %.4f, %s (%.1f s)", run.name, test_nll, shown, metrics["wall_time_s"])
     return metrics
 
@@ -68,7 +74,11 @@ def acr_secrets(secrets: list[dict], acr_params) -> list[dict]:
 
 
 def run_acr(model, tokenizer, secrets: list[dict], rows: list[dict], acr_params, run: RunConfig) -> dict:
-    """Search ACR where params ask for it; merge each secret's record into its row; describe what ran."""
+    """Search ACR where params ask for it; merge each secret's record into its row; describe what ran.
+
+    Each searched secret's row gets ``acr_success``, ``acr`` (None on a failure) and ``acr_upper_bound`` (failures);
+    :func:`empriv.score.memorization.aggregate` turns them into the run's success rate and ACR over successes.
+    ``n_skipped`` counts secrets too long for the model's window (not searched), never failed searches."""
     from empriv.score.acr import acr_of_secrets, settings_from_params
 
     settings = settings_from_params(acr_params)
@@ -87,7 +97,7 @@ def run_acr(model, tokenizer, secrets: list[dict], rows: list[dict], acr_params,
     for row in rows:
         if row["id"] in by_id:
             row.update(by_id[row["id"]])
-    searched = [r for r in by_id.values() if r.get("acr") is not None]
+    searched = [r for r in by_id.values() if r.get("acr_success") is not None]  # failures included (acr None)
     record["n_skipped"] = len(by_id) - len(searched)
     record["passes"] = sum(r["acr_forward_calls"] + r["acr_backward_calls"] for r in searched)
     record["wall_time_s"] = sum(r["acr_wall_time_s"] for r in searched)

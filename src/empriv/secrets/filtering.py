@@ -7,8 +7,9 @@ The ``filter`` stage reads the secrets and the models of the cube's ε = ∞ con
   non-private run is ≥ ``secrets.acr_min_finetuned`` (1.5); that the base model does not reproduce;
   and whose ACR under the base model is ≤ ``secrets.acr_max_base`` (0.5). ACR is searched with the
   ``score.acr`` settings (strategy, budget, seeds); the research used one non-private fine-tune for ACR.
-  Here a search that finds no prompt counts as ACR 0 (no compression shown), so such a secret fails the
-  fine-tuned filter and passes the base filter.
+  Here a search that finds no prompt (``success`` False: no ACR value, only an upper bound) counts as ACR 0
+  (no compression shown), read off the success flag, so such a secret fails the fine-tuned filter and passes
+  the base filter.
 - TOFU (author → genre): the pairs that every non-private model reveals — its greedy answer (20 new
   tokens) to the attribute prompt contains the genre.
 
@@ -73,9 +74,9 @@ def filter_secrets(params: Params, secrets: list[dict], nonprivate_models: list,
         settings = settings_from_params(params.score.acr)
 
         def acr_under(model):
-            # A search that finds no prompt shows no compression: 0 here (the reported score bounds it by
-            # min(1, |s| / max_length) instead), so a base model that cannot be made to emit the secret
-            # passes the base filter whatever the secret's length.
+            # A search that finds no prompt measured nothing (res.acr is None; the score stage reports it as a
+            # failure with an upper bound): it counts as 0 here, decided by the success flag, so a base model that
+            # cannot be made to emit the secret passes the base filter whatever the secret's length (and the bound).
             def value(s):
                 res = adversarial_compression_ratio(model, tokenizer.encode(s["text"]), settings, key=s["id"], progress=True)
                 return res.acr if res.success else 0.0
