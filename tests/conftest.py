@@ -34,6 +34,14 @@ def public_bpe(corpus):
 
 
 @pytest.fixture(scope="session")
+def public_tokenizer_dir(public_bpe, tmp_path_factory):
+    """``public_bpe`` saved as the tokenizer stage saves it (a Hugging Face tokenizer directory + meta.json)."""
+    d = tmp_path_factory.mktemp("tokenizer")
+    public_bpe.save(d)
+    return d
+
+
+@pytest.fixture(scope="session")
 def gpt2_tokenizer():
     from empriv.models.tokenizer import load_gpt2
 

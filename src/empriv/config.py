@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-KNOWN_BASES = ("tiny-gpt2",)
+KNOWN_BASES = ("tiny-gpt2", "smollm2-135m")
 DATA_SOURCES = ("synthetic-enron", "enron", "synthetic-tofu", "tofu")
 REAL_SOURCES = ("enron", "tofu")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -100,7 +100,8 @@ class DataParams(_Section):
 
 
 class TokenizerParams(_Section):
-    kind: Literal["bpe", "gpt2"] = "bpe"
+    # auto: the BPE for tiny-gpt2, the base's own tokenizer for a pre-trained base
+    kind: Literal["auto", "bpe", "gpt2"] = "auto"
     vocab_size: int = Field(2048, ge=300, le=100_000)
 
 
@@ -174,7 +175,7 @@ class LoraParams(_Section):
     rank: int = Field(8, ge=1)
     alpha: float = Field(16.0, gt=0)
     dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] = ["c_attn", "c_proj"]
+    target_modules: list[str] | None = None  # null: the architecture's default (models/adapters.py LORA_TARGET_MODULES)
 
 
 class TrainParams(_Section):
@@ -382,6 +383,13 @@ class Params(_Section):
     analyze: AnalyzeParams = AnalyzeParams()
     canaries: CanariesParams = CanariesParams()
     audit: AuditParams = AuditParams()
+
+    @model_validator(mode="after")
+    def _tokenizer_base(self) -> "Params":
+        if self.base.name != "tiny-gpt2" and self.tokenizer.kind != "auto":
+            raise ValueError(f"tokenizer.kind {self.tokenizer.kind!r} cannot be used with base.name {self.base.name!r}: "
+                             "a pre-trained base brings its own tokenizer; set tokenizer.kind: auto")
+        return self
 
     @model_validator(mode="after")
     def _cross(self) -> "Params":

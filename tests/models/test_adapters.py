@@ -115,3 +115,41 @@ def test_save_load_lora_round_trip(tmp_path):
     loaded = load_finetuned(tmp_path / "run", tmp_path / "base")
     assert not any("lora_" in n for n, _ in loaded.named_parameters())  # merged
     torch.testing.assert_close(_logits(loaded), ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_saved_runs_load_with_the_auto_classes_from_any_working_directory(tmp_path, monkeypatch, method, public_tokenizer_dir):
+    """A run directory is a standard artifact: AutoTokenizer + AutoModelForCausalLM / AutoPeftModelForCausalLM."""
+    from peft import AutoPeftModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from empriv.models.tokenizer import Tokenizer
+
+    from tiny_models import tiny_gpt2
+
+    tok = Tokenizer.load(public_tokenizer_dir)
+    base = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=16, n_head=2, n_layer=2, n_positions=16, seed=0)
+    base_dir = tmp_path / "project" / "models" / "base"
+    base.save_pretrained(str(base_dir), safe_serialization=True)
+    model = prepare_for_finetuning(copy.deepcopy(base), method, LoraParams(rank=2, alpha=4.0), init_seed=3)
+    with torch.no_grad():  # move the weights away from the base so the comparison means something
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                p.add_(0.05 * torch.randn_like(p))
+    want = _logits(model)
+    run_dir = tmp_path / "project" / "models" / "runs" / "r"
+    save_finetuned(model, method, run_dir, tokenizer_dir=public_tokenizer_dir, base_directory=base_dir)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    hf_tok = AutoTokenizer.from_pretrained(str(run_dir))
+    assert len(hf_tok) == tok.vocab_size > 1
+    assert hf_tok.eos_token_id == tok.eos_id and hf_tok.pad_token_id is not None
+    assert hf_tok("Please review the draft", add_special_tokens=False).input_ids == tok.encode("Please review the draft")
+    if method == "full":
+        loaded = AutoModelForCausalLM.from_pretrained(str(run_dir))
+    else:
+        cfg = json.loads((run_dir / "adapter_config.json").read_text())
+        assert cfg["base_model_name_or_path"] == str(base_dir.resolve())
+        loaded = AutoPeftModelForCausalLM.from_pretrained(str(run_dir))
+    torch.testing.assert_close(_logits(loaded), want, rtol=1e-4, atol=1e-5)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from empriv.models.tokenizer import EOS, Tokenizer, build_tokenizer, train_bpe
+from empriv.models.tokenizer import EOS, Tokenizer, build_tokenizer, load_gpt2, train_bpe
 
 UNICODE_TEXTS = [
     "Hello world",
@@ -53,16 +53,47 @@ def test_bpe_basic_properties(public_bpe):
     assert max(ids) < 2048
 
 
-def test_save_load_round_trip(tmp_path, public_bpe, gpt2_tokenizer):
+def test_save_load_round_trip(tmp_path, public_bpe, gpt2_tokenizer, monkeypatch):
+    from transformers import AutoTokenizer
+
     for tok in (public_bpe, gpt2_tokenizer):
         d = tmp_path / tok.kind
         tok.save(d)
-        assert sorted(p.name for p in d.iterdir()) == ["meta.json", "tokenizer.json"]
+        assert sorted(p.name for p in d.iterdir()) == ["meta.json", "tokenizer.json", "tokenizer_config.json"]
         loaded = Tokenizer.load(d)
         assert (loaded.kind, loaded.vocab_size, loaded.eos_id) == (tok.kind, tok.vocab_size, tok.eos_id)
         for text in UNICODE_TEXTS:
             assert loaded.encode(text) == tok.encode(text)
             assert loaded.decode(loaded.encode(text)) == text
+        # The same directory is a Hugging Face tokenizer: same ids, eos and pad set, from any working directory.
+        elsewhere = tmp_path / f"cwd-{tok.kind}"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        hf = AutoTokenizer.from_pretrained(str(d.resolve()))
+        assert len(hf) == tok.vocab_size
+        assert hf.eos_token_id == tok.eos_id and hf.pad_token_id == tok.eos_id
+        for text in UNICODE_TEXTS:
+            if EOS not in text:  # HF matches the special token inside text; empriv never encodes it from text
+                assert hf(text, add_special_tokens=False).input_ids == tok.encode(text)
+
+
+def test_pretrained_tokenizer_from_hf_uses_endoftext_as_document_token():
+    from transformers import PreTrainedTokenizerFast
+
+    hf = PreTrainedTokenizerFast(tokenizer_object=load_gpt2()._tok, eos_token="<|endoftext|>")
+    tok = Tokenizer.from_hf(hf)
+    assert tok.kind == "pretrained" and tok.eos_id == 50256 and hf.pad_token == "<|endoftext|>"
+    assert tok.encode("Hello world") == [15496, 995]
+
+
+def test_unknown_pretrained_base_is_one_clear_error(tmp_path, monkeypatch):
+    from empriv.models.tokenizer import load_pretrained_tokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError) as err:
+        load_pretrained_tokenizer("no-such-org/no-such-model")
+    msg = str(err.value)
+    assert "\n" not in msg and "'no-such-org/no-such-model'" in msg and "base.name" in msg and "hf download" in msg
 
 
 def test_load_missing_directory(tmp_path):

@@ -12,6 +12,7 @@ from empriv.config import RunConfig, parse_params
 from empriv.models.adapters import prepare_for_finetuning
 from empriv.models.lm import encode_fixed, per_sample_mean_nll
 from empriv.train.dp import dp_finetune, make_optimizer
+from empriv.randomness import RunStreams
 from empriv.train.sampling import poisson_batches
 
 EOS = 299
@@ -43,9 +44,14 @@ def make_data(n: int, seed: int = 0):
     return encode_fixed(lists, EOS, 16)
 
 
+def _sampler(run: RunConfig) -> torch.Generator:
+    """The generator dp_finetune's Poisson sampler draws from: the run's own ``sampler`` stream."""
+    return RunStreams.of(run, method="full").generator("sampler")
+
+
 def first_batch(n: int, run: RunConfig) -> torch.Tensor:
-    """The Poisson batch dp_finetune draws at step 0 (it seeds its sampler with run.seed)."""
-    return next(poisson_batches(n, run.batch_size / n, run.steps, torch.Generator().manual_seed(run.seed)))
+    """The Poisson batch dp_finetune draws at step 0 (from the run's sampler stream)."""
+    return next(poisson_batches(n, run.batch_size / n, run.steps, _sampler(run)))
 
 
 def state(model) -> dict[str, torch.Tensor]:
@@ -209,7 +215,7 @@ def test_exactly_T_steps_with_the_reproduced_poisson_batches():
     calls = []
     res = dp_finetune(make_model(), ids, mask, run=run, noise_multiplier=0.8, params=make_params(clip_norm=1.0),
                       device=CPU, on_step=lambda s, loss, bsz: calls.append((s, bsz)))
-    expected = [b.numel() for b in poisson_batches(n, run.batch_size / n, run.steps, torch.Generator().manual_seed(run.seed))]
+    expected = [b.numel() for b in poisson_batches(n, run.batch_size / n, run.steps, _sampler(run))]
     assert len(res.losses) == run.steps == 7
     assert res.batch_sizes == expected
     assert calls == list(enumerate(expected))
@@ -222,7 +228,7 @@ def test_micro_batching_equals_one_big_batch_when_sigma_0():
     n = 40
     ids, mask = make_data(n, seed=3)
     run = RunConfig(8.0, 20, 2, 0.5, 2)
-    batches = list(poisson_batches(n, 0.5, 2, torch.Generator().manual_seed(run.seed)))
+    batches = list(poisson_batches(n, 0.5, 2, _sampler(run)))
     assert min(b.numel() for b in batches) > 7  # several micro-batches of 3 per step
     results = {}
     for mbs in (64, 3):

@@ -185,7 +185,8 @@ def audit_run(params, run, canaries_dir=None, models_dir: str | Path = AUDIT_MOD
         if params.train.method == "lora":
             # LoRA audits also train the embeddings (new-token rows): save the merged model whole.
             model = model.merge_and_unload()
-        save_finetuned(model, "full", tmp)
+        # The tokenizer is the base's: new-token canaries are embedding rows past its vocabulary.
+        save_finetuned(model, "full", tmp, tokenizer_dir=TOKENIZER_DIR)
         write_jsonl(Path(tmp) / "canary_scores.jsonl", rows)
         write_json(Path(metrics_dir) / f"{run.name}.json", out)
     log.info("audit %s: design %s, eps_lb 95%% %.3f / 99%% %.3f (%d/%d correct of %d canaries), AUC %.3f, TPR@1%%FPR %.3f",

@@ -1,7 +1,16 @@
 """Fine-tuning methods: which parameters train, and how they are saved.
 
 - ``full``: every parameter of the base trains.
-- ``lora``: low-rank adapters (peft) on ``train.lora.target_modules``; only they train.
+- ``lora``: low-rank adapters (peft) on ``train.lora.target_modules`` — by default the attention
+  (and for GPT-2 also the MLP output) projections of the base's architecture
+  (:data:`LORA_TARGET_MODULES`); only they train. Their random initialisation draws from the run's
+  own ``init`` stream (:mod:`empriv.randomness`), so a LoRA run repeated gives identical weights.
+
+A saved run is a standard Hugging Face directory: the full model (``config.json`` +
+``model.safetensors``) or the adapter (``adapter_config.json`` + ``adapter_model.safetensors``,
+whose ``base_model_name_or_path`` is the base's absolute path), plus the tokenizer files, so
+``AutoTokenizer`` and ``AutoModelForCausalLM`` / ``AutoPeftModelForCausalLM`` load it from any
+working directory.
 
 GPT-2's ``Conv1D`` layers are converted to ``nn.Linear`` (same function, transposed weight) before
 training, so opacus uses its fast per-sample-gradient hooks instead of a generic fallback; they
@@ -16,6 +25,33 @@ import torch
 from torch import nn
 
 METHODS = ("full", "lora")
+
+# LoRA's default target modules per architecture (``config.model_type``): the attention projections
+# (the research's LoRA adapts attention; GPT-2's ``c_proj`` names both the attention and the MLP output).
+LORA_TARGET_MODULES = {
+    "gpt2": ["c_attn", "c_proj"],
+    "llama": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "mistral": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "qwen2": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "gemma": ["q_proj", "k_proj", "v_proj", "o_proj"],
+    "gpt_neox": ["query_key_value", "dense"],
+    "opt": ["q_proj", "k_proj", "v_proj", "out_proj"],
+}
+
+
+def lora_target_modules(model: nn.Module, configured: list[str] | None) -> list[str]:
+    """``train.lora.target_modules`` when set, else the default for the base's architecture."""
+    if configured:
+        return list(configured)
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type in LORA_TARGET_MODULES:
+        return list(LORA_TARGET_MODULES[model_type])
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULTS
+
+    if model_type in PEFT_DEFAULTS:
+        return list(PEFT_DEFAULTS[model_type])
+    raise ValueError(f"train.lora.target_modules is null and there is no default for architecture {model_type!r}: "
+                     f"set it to the names of the linear layers to adapt (known defaults: {', '.join(sorted(LORA_TARGET_MODULES))})")
 
 
 def _swap(model: nn.Module, predicate, make) -> int:
@@ -63,8 +99,12 @@ def linear_to_conv1d(model: nn.Module, names: tuple[str, ...] = ("c_attn", "c_pr
     return swapped
 
 
-def prepare_for_finetuning(model: nn.Module, method: str, lora=None) -> nn.Module:
-    """Convert Conv1D layers and set up ``method``; returns the model to train."""
+def prepare_for_finetuning(model: nn.Module, method: str, lora=None, *, init_seed: int | None = None) -> nn.Module:
+    """Convert Conv1D layers and set up ``method``; returns the model to train.
+
+    ``init_seed`` seeds the adapter's random initialisation (LoRA's A matrices) without touching
+    torch's global random state; None draws from the global state (unseeded unless the caller seeded it).
+    """
     if method not in METHODS:
         raise ValueError(f"train.method must be one of {', '.join(METHODS)}, got {method!r}")
     conv1d_to_linear(model)
@@ -78,25 +118,55 @@ def prepare_for_finetuning(model: nn.Module, method: str, lora=None) -> nn.Modul
         r=lora.rank,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
+        target_modules=lora_target_modules(model, lora.target_modules),
         bias="none",
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)
+    if init_seed is None:
+        return get_peft_model(model, config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(init_seed)
+        return get_peft_model(model, config)
 
 
 def trainable_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def save_finetuned(model: nn.Module, method: str, directory: str | Path) -> None:
-    """Save full weights (as a standard GPT-2) or the LoRA adapter, as safetensors."""
+def _is_gpt2(model: nn.Module) -> bool:
+    config = getattr(model, "config", None)
+    return getattr(config, "model_type", None) == "gpt2"
+
+
+def save_finetuned(model: nn.Module, method: str, directory: str | Path, *, tokenizer_dir: str | Path | None = None,
+                   base_directory: str | Path | None = None) -> None:
+    """Save full weights (GPT-2 as a standard GPT-2 again) or the LoRA adapter, as safetensors.
+
+    ``tokenizer_dir``: copy its Hugging Face tokenizer files next to the weights. ``base_directory``:
+    for an adapter, record the base's absolute path, so peft's ``AutoPeftModelForCausalLM`` finds it
+    from any working directory (empriv's own :func:`load_finetuned` is told the base explicitly).
+    """
+    directory = Path(directory)
     if method == "full":
-        linear_to_conv1d(model)
+        gpt2 = _is_gpt2(model)
+        if gpt2:
+            linear_to_conv1d(model)
         model.save_pretrained(str(directory), safe_serialization=True)
-        conv1d_to_linear(model)
+        if gpt2:
+            conv1d_to_linear(model)
     else:
         model.save_pretrained(str(directory), safe_serialization=True)
+        if base_directory is not None:
+            import json
+
+            cfg_path = directory / "adapter_config.json"
+            cfg = json.loads(cfg_path.read_text())
+            cfg["base_model_name_or_path"] = str(Path(base_directory).resolve())
+            cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    if tokenizer_dir is not None:
+        from empriv.models.tokenizer import copy_hf_tokenizer
+
+        copy_hf_tokenizer(tokenizer_dir, directory)
 
 
 def load_finetuned(directory: str | Path, base_directory: str | Path) -> nn.Module:

