@@ -80,3 +80,22 @@ def test_no_pairs_and_null_scores():
     assert heuristic_summary(table([(64, 16, 0.01, 1.0)]), "y", "compute")["random_baseline"] is None
     t = table(CUBE).with_columns(pl.when(pl.col("batch_size") == 128).then(None).otherwise(pl.col("y")).alias("y"))
     assert heuristic_accuracy(t, "y", "compute")[1] == 0  # every compute pair involves a b = 128 row
+
+
+def test_null_scores_are_left_out_of_every_pair():
+    """A configuration without a value (ACR over successes where no search succeeded) is in no pair: it is neither
+    a 0 that every other configuration 'beats' nor a tie."""
+    full = table(CUBE)
+    holes = table([(b, t, e, None if (b, t, e) in ((64, 16, 0.005), (128, 32, 0.01)) else y) for b, t, e, y in CUBE])
+    kept = table([c for c in CUBE if (c[0], c[1], c[2]) not in ((64, 16, 0.005), (128, 32, 0.01))])
+    for rule in ("individual", "compute", "updates"):
+        s = heuristic_summary(holes, "y", rule)
+        ref = heuristic_summary(kept, "y", rule)
+        assert {k: v for k, v in s.items() if k != "n_configs_without_value"} == \
+            {k: v for k, v in ref.items() if k != "n_configs_without_value"}
+        assert s["n_configs_without_value"] == 2 and ref["n_configs_without_value"] == 0
+    # individual pairs by hand: of the 19 dominance pairs of the cube, those touching the two removed points go
+    # (7 pairs have (64,16,.005) as the better one, 7 have (128,32,.01) as the worse, 1 pair has both): 19 − 13 = 6
+    assert heuristic_summary(full, "y", "individual")["n_pairs"] == 19
+    assert heuristic_summary(holes, "y", "individual")["n_pairs"] == 6
+    assert heuristic_summary(table([(64, 16, 0.005, None), (128, 16, 0.005, None)]), "y", "individual")["accuracy"] is None

@@ -102,3 +102,23 @@ def test_regressions_per_epsilon_and_unknown_columns():
 
 def test_stars():
     assert [significance_stars(p) for p in (1e-5, 0.005, 0.02, 0.2, None)] == ["***", "**", "*", "", ""]
+
+
+def test_runs_without_a_score_are_left_out_not_zero():
+    """ACR over successes is null where no search succeeded: the fit uses the other runs only, as if those rows
+    were absent, and counts them."""
+    d = synthetic()
+    holes = d.with_row_index("i").with_columns(
+        pl.when(pl.col("i") % 5 == 0).then(None).otherwise(pl.col("y")).alias("y")).drop("i")
+    kept = d.with_row_index("i").filter(pl.col("i") % 5 != 0).drop("i")
+    fit, ref = log_regression(holes, "y", ("batch_size", "steps", "learning_rate")), \
+        log_regression(kept, "y", ("batch_size", "steps", "learning_rate"))
+    assert fit["n"] == ref["n"] == 54 - 11 and fit["n_without_value"] == 11 and ref["n_without_value"] == 0
+    for term in ("intercept", "log_b", "log_T", "log_eta"):
+        assert fit["terms"][term]["coef"] == pytest.approx(ref["terms"][term]["coef"])
+        assert fit["terms"][term]["p"] == pytest.approx(ref["terms"][term]["p"])
+    # filled with 0 instead, the fit would differ: the test above is not vacuous
+    zero = log_regression(holes.with_columns(pl.col("y").fill_null(0.0)), "y", ("batch_size", "steps", "learning_rate"))
+    assert zero["terms"]["log_b"]["coef"] != pytest.approx(ref["terms"]["log_b"]["coef"])
+    empty = log_regression(d.with_columns(pl.lit(None, dtype=pl.Float64).alias("y")), "y", ("batch_size", "steps"))
+    assert empty["fitted"] is False and empty["reason"] == "no run has a y value" and empty["n_without_value"] == 54

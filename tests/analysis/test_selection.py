@@ -126,3 +126,20 @@ def test_null_scores_are_left_out_and_an_all_null_pool_is_reported():
 def test_unknown_score_column_is_named():
     with pytest.raises(ValueError, match=r"unknown score column\(s\) \['acr_mean'\].*test_nll"):
         threshold_sweep(pool_table(), "acr_mean")
+
+
+def test_configurations_without_a_score_are_left_out_of_the_sweep_and_risks():
+    """A null score (ACR over successes where no search succeeded) is not a 0 the oracle could pick: the sweep and
+    the risks are those of the pool without that configuration."""
+    holes = pool_table({**POOL, "F": (32, 64, 0.001, 0.85, None)}, std={"A": 0.5, "B": 0.2})
+    kept = pool_table({k: v for k, v in POOL.items() if k != "F"}, std={"A": 0.5, "B": 0.2})
+    assert threshold_sweep(holes, "y") == threshold_sweep(kept, "y")
+    r, ref = selection_risks(holes, "y", trials=300, seed=1), selection_risks(kept, "y", trials=300, seed=1)
+    assert r["n_points"] == 4 and r["n_points_without_value"] == 1 and ref["n_points_without_value"] == 0
+    assert r["mean"] == ref["mean"] and r["monte_carlo"] == ref["monte_carlo"]
+    # by hand, on the seed means of A, B, D, E: Algorithm 1 picks B (y 2.0) from the full subpool; the oracle is B too
+    full = threshold_sweep(holes, "y")[-1]
+    assert full["oracle_score"] == 2.0 and full["picks"]["algorithm1"]["score"] == 2.0
+    assert full["picks"]["best_utility"]["score"] == 2.5 and full["picks"]["worst_utility"]["score"] == 5.0
+    none = selection_risks(pool_table({k: (*v[:4], None) for k, v in POOL.items()}), "y")
+    assert none["mean"] is None and none["n_points_without_value"] == 5 and "no configuration has a y value" in none["reason"]

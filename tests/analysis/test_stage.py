@@ -151,15 +151,101 @@ def test_cli_missing_file(tmp_path, capsys):
 
 
 def test_primary_score_skips_scores_constant_within_every_finite_epsilon(runs):
-    # ACR that found no prompt anywhere at finite ε: one value per ε (it varies only at ∞, which has no selection)
-    t = runs.with_columns(pl.when(pl.col("epsilon").is_finite()).then(0.889).otherwise(pl.col("acr_mean")).alias("acr_mean"))
+    # a score with one value per finite ε (VMR at 0, say) varies only at ∞, which has no selection
+    t = runs.with_columns(pl.when(pl.col("epsilon").is_finite()).then(0.5).otherwise(pl.col("acr_mean")).alias("acr_mean"))
     a, _ = run(t)
     assert a["primary_score"] == "exposure_gap_mean"
-    assert any("primary score exposure_gap_mean: acr_mean take one value" in n for n in a["notes"])
+    assert any("primary score exposure_gap_mean: acr_mean takes one value" in n for n in a["notes"])
     # every score flat: the first one stays primary (nothing better to show)
     flat = t.with_columns(pl.lit(1.0).alias("exposure_gap_mean"))
     a, _ = run(flat, privacy_scores=["acr_mean", "exposure_gap_mean"])
     assert a["primary_score"] == "acr_mean"
+
+
+def _acr_failed_at_finite_epsilon(runs):
+    """The default cube's ACR: no search succeeds at finite ε (acr_mean null, success rate 0), some do at ∞."""
+    finite = pl.col("epsilon").is_finite()
+    searched = pl.col("seed") == 0
+    return runs.with_columns(
+        pl.when(finite).then(None).otherwise(pl.col("acr_mean")).alias("acr_mean"),
+        pl.when(~searched).then(None).when(finite).then(0.0).otherwise(pl.col("acr_mean") / 10).alias("acr_success_rate"))
+
+
+def test_acr_without_a_success_at_finite_epsilon_is_missing_not_zero(runs):
+    t = _acr_failed_at_finite_epsilon(runs)
+    a, configs = run(t, privacy_scores=["acr_mean", "acr_success_rate", "exposure_gap_mean"])
+    # null everywhere at finite ε: cannot be primary; the success rate is 0 everywhere there: constant, not primary
+    assert a["primary_score"] == "exposure_gap_mean"
+    assert any("primary score exposure_gap_mean: acr_mean has no value at any finite ε; acr_success_rate takes one value"
+               in n for n in a["notes"])
+    # even when nothing varies, a score with no value at finite ε is not chosen
+    flat = t.with_columns(pl.lit(1.0).alias("exposure_gap_mean"))
+    assert run(flat, privacy_scores=["acr_mean", "exposure_gap_mean"])[0]["primary_score"] == "exposure_gap_mean"
+    # counts of what was left out, per ε
+    cov = a["coverage"]["acr_mean"]
+    assert cov["8"] == {"n_runs": 16, "n_runs_with_value": 0, "n_configs": 8, "n_configs_with_value": 0}
+    assert cov["inf"] == {"n_runs": 16, "n_runs_with_value": 8, "n_configs": 8, "n_configs_with_value": 8}
+    assert a["coverage"]["exposure_gap_mean"]["8"]["n_runs_with_value"] == 16
+    note = next(n for n in a["notes"] if n.startswith("acr_mean has values for"))
+    assert "ε = 2: 0 of 8 configurations (0 of 16 runs); ε = 8: 0 of 8 configurations (0 of 16 runs); " \
+           "ε = inf: 8 of 8 configurations (8 of 16 runs)" in note and "not counted as 0" in note
+    assert any("acr_mean is over successful ACR searches only" in n for n in a["notes"])
+    # every statistic of acr_mean at finite ε: none (not the statistics of zeros)
+    assert a["seed_vs_configuration"]["acr_mean"]["8"] == {"randomness": None, "hyperparameter": None, "n_configs": 0,
+                                                            "n_configs_with_seed_std": 0, "n_configs_without_value": 8}
+    assert a["regression"]["8"]["acr_mean"]["individual"]["fitted"] is False
+    assert a["regression"]["8"]["acr_mean"]["individual"]["n_without_value"] == 16
+    assert all(h["n_pairs"] == 0 and h["accuracy"] is None for h in a["heuristics"]["8"]["acr_mean"].values())
+    assert a["selection"]["8"]["acr_mean"] == {"reason": "no configuration has a acr_mean value", "n_configs": 8,
+                                               "n_configs_without_value": 8}
+    # at ∞ the values are the seed-0 runs' (seed 1 never searched): the configuration mean is that one value
+    inf = configs.filter(pl.col("epsilon").is_infinite()).sort("group")
+    ref = t.filter(pl.col("epsilon").is_infinite() & (pl.col("seed") == 0)).sort("group")
+    assert inf["acr_mean"].to_list() == pytest.approx(ref["acr_mean"].to_list())
+    assert a["seed_vs_configuration"]["acr_mean"]["inf"]["hyperparameter"] == pytest.approx(ref["acr_mean"].std())
+    # the success rate is a measurement (0 is a value): selected on like any score
+    assert a["selection"]["8"]["acr_success_rate"]["n_points"] == 8
+
+
+def test_selection_pool_leaves_out_configurations_without_a_value(runs):
+    """Some configurations at ε = 8 have an ACR success, the others none: Algorithm 1, the baselines and the oracle
+    choose among the configurations with a value (the same as if the others were not in the cube)."""
+    t = _acr_failed_at_finite_epsilon(runs)
+    with_value = ["eps8-b128-T16-lr0.005", "eps8-b64-T32-lr0.01", "eps8-b128-T32-lr0.005"]
+    t = t.with_columns(pl.when(pl.col("group").is_in(with_value) & (pl.col("seed") == 0))
+                       .then(pl.col("exposure_gap_mean") / 3).otherwise(pl.col("acr_mean")).alias("acr_mean"))
+    a, _ = run(t, privacy_scores=["acr_mean", "exposure_gap_mean"])
+    sel = a["selection"]["8"]["acr_mean"]
+    assert sel["n_points"] == 3 and sel["n_configs_without_value"] == 5 and sel["risks"]["n_points_without_value"] == 0
+    ref, _ = run(t.filter((pl.col("epsilon") != 8.0) | pl.col("group").is_in(with_value)),
+                 privacy_scores=["acr_mean", "exposure_gap_mean"])
+    assert sel["picks"] == ref["selection"]["8"]["acr_mean"]["picks"]
+    assert sel["risks"]["mean"] == ref["selection"]["8"]["acr_mean"]["risks"]["mean"]
+    # by hand: b64-T32-lr0.01 and b128-T32-lr0.005 share U = 20.48 → the smaller η stays (step 1 drops b64-T32-lr0.01);
+    # b128-T16-lr0.005 dominates b128-T32-lr0.005 (step 3) → Algorithm 1 picks b128-T16-lr0.005, the lowest score of the three
+    assert sel["picks"]["algorithm1"] == "b128-T16-lr0.005"
+    assert sel["risks"]["mean"]["algorithm1"]["absolute_risk"] == pytest.approx(0.0)
+    assert a["variance"]["acr_mean"][1]["n_configs"] == 3 and a["variance"]["acr_mean"][1]["n_configs_without_value"] == 5
+
+
+def test_cli_select_leaves_out_configurations_without_a_score(runs, tmp_path, capsys):
+    from empriv.cli import main
+
+    t = _acr_failed_at_finite_epsilon(runs).with_columns(
+        pl.when((pl.col("group") == "eps8-b64-T16-lr0.005") & (pl.col("seed") == 0)).then(1.7)
+        .when((pl.col("group") == "eps8-b128-T32-lr0.01") & (pl.col("seed") == 0)).then(2.4)
+        .otherwise(pl.col("acr_mean")).alias("acr_mean"))
+    path = tmp_path / "runs.csv"
+    t.write_csv(path)
+    assert main(["analyze", "select", "--runs", str(path), "--score", "acr_mean", "--epsilon", "8", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n_pool"] == 2 and res["n_without_score"] == 6
+    assert res["oracle"]["acr_mean"] == 1.7 and res["oracle"]["config"] == "b64-T16-lr0.005"
+    assert {p["config"] for p in res["picks"].values()} <= {"b64-T16-lr0.005", "b128-T32-lr0.01"}
+    assert main(["analyze", "select", "--runs", str(path), "--score", "acr_mean", "--epsilon", "8"]) == 0
+    assert "pool: 2 of 8 configurations at ε = 8 (6 without a acr_mean value left out)" in capsys.readouterr().out
+    assert main(["analyze", "select", "--runs", str(path), "--score", "acr_mean", "--epsilon", "2"]) == 2
+    assert "no configuration at ε=2 has a acr_mean value (8 in the pool have none)" in capsys.readouterr().err
 
 
 def test_correlations_use_audit_outcomes_not_audit_settings(runs):

@@ -126,7 +126,8 @@ def test_seed_vs_configuration_by_hand():
     assert out["2"]["randomness"] == pytest.approx(math.sqrt(2))  # A, B: sqrt(2) each; C has one seed
     assert out["2"]["hyperparameter"] == pytest.approx(4.041451884327381)
     assert out["2"]["n_configs_with_seed_std"] == 2
-    assert out["inf"] == {"randomness": None, "hyperparameter": None, "n_configs": 1, "n_configs_with_seed_std": 0}
+    assert out["inf"] == {"randomness": None, "hyperparameter": None, "n_configs": 1, "n_configs_with_seed_std": 0,
+                          "n_configs_without_value": 0}
 
 
 def test_spearman_correlations():
@@ -151,3 +152,68 @@ def test_equal_configuration_means_have_exactly_zero_std():
     from empriv.analysis.variance import group_std
 
     assert group_std(t, "acr")[0]["std"] == 0.0
+
+
+# ------------------------------------------------------------- censored ACR: null = no value, never 0
+@pytest.fixture
+def acr_runs():
+    """ACR over successes is null where no search succeeded; success rate is defined for every searched run."""
+    rows = [
+        # epsilon, group, seed, acr_mean (over successes), acr_success_rate, n_searched, n_success
+        (2.0, "A", 0, None, 0.0, 9, 0), (2.0, "A", 1, None, 0.0, 9, 0),
+        (2.0, "B", 0, None, 0.0, 9, 0), (2.0, "B", 1, None, 0.0, 9, 0),
+        (INF, "C", 0, 2.6, 1 / 9, 9, 1), (INF, "C", 1, None, 0.0, 9, 0),
+        (INF, "D", 0, 2.0, 2 / 9, 9, 2), (INF, "D", 1, 3.0, 1 / 9, 9, 1),
+        (INF, "E", 0, None, 0.0, 9, 0), (INF, "E", 1, None, None, None, None),  # seed 1 of E: ACR not run
+    ]
+    return pl.DataFrame(rows, schema={"epsilon": pl.Float64, "group": pl.String, "seed": pl.Int64, "acr_mean": pl.Float64,
+                                      "acr_success_rate": pl.Float64, "acr_n_searched": pl.Float64,
+                                      "acr_n_success": pl.Float64}, orient="row")
+
+
+def test_summarize_leaves_null_acr_out(acr_runs):
+    out = summarize(acr_runs, ["acr_mean", "acr_success_rate"])
+    e2, einf = out["2"], out["inf"]
+    # ε = 2: no configuration has an ACR value — none, not 0
+    assert e2["acr_mean"]["mean"] is None and e2["acr_mean"]["n_configs_with_value"] == 0
+    assert e2["acr_mean"]["n_runs_with_value"] == 0
+    assert e2["acr_success_rate"]["mean"] == 0.0 and e2["acr_success_rate"]["n_configs_with_value"] == 2
+    # ε = ∞: seed means over the seeds with a value: C = 2.6 (seed 1 has none), D = 2.5, E none
+    assert einf["acr_mean"]["mean"] == pytest.approx((2.6 + 2.5) / 2)
+    assert einf["acr_mean"]["std_across_configs"] == pytest.approx(math.sqrt(2) * 0.05)  # std of {2.6, 2.5}
+    assert einf["acr_mean"]["n_configs_with_value"] == 2 and einf["acr_mean"]["n_runs_with_value"] == 3
+    assert einf["acr_mean"]["mean_seed_std"] == pytest.approx(math.sqrt(0.5))  # D only: std of {2, 3}
+    # success rate: C = 1/18, D = 3/18, E = 0 (its seed 1 did not search)
+    assert einf["acr_success_rate"]["mean"] == pytest.approx((1 / 18 + 3 / 18 + 0) / 3)
+    # pooled search counts: 4 successes in 5 searched runs × 9 secrets
+    assert einf["acr_searches"] == {"n_runs": 5, "n_searched": 45, "n_success": 4, "success_rate": pytest.approx(4 / 45)}
+    assert e2["acr_searches"] == {"n_runs": 4, "n_searched": 36, "n_success": 0, "success_rate": 0.0}
+
+
+def test_format_summary_names_acr_over_successes_with_n(acr_runs):
+    scores = ["acr_mean", "acr_success_rate"]
+    text = format_summary(summarize(acr_runs, scores), scores)
+    lines = text.splitlines()
+    assert "acr_mean over successes" in lines[0] and "acr_success_rate" in lines[0]
+    rows = {line.split()[0]: line for line in lines[2:4]}
+    assert "none (n=0)" in rows["2"] and "0.000 ± 0.000" in rows["2"]  # no value vs a measured rate of 0
+    assert "2.550 ± 0.071 [0.707] (n=2/3)" in rows["inf"]
+    assert "ε = 2: 0/36 (4 runs); ε = inf: 4/45 (5 runs)" in lines[-1]
+    assert len({len(line) for line in lines[:4]}) == 1
+
+
+def test_group_statistics_skip_configurations_without_a_value(acr_runs):
+    from empriv.analysis.table import config_table
+    from empriv.analysis.variance import group_std, seed_vs_configuration
+
+    t = acr_runs.with_columns(pl.lit(64).alias("batch_size"), pl.lit(16).alias("steps"), pl.lit(0.01).alias("learning_rate"))
+    configs = config_table(t, ["acr_mean"])
+    g = {tuple(x["group"].values()): x for x in group_std(configs, "acr_mean")}
+    assert g[("2",)]["n_configs"] == 0 and g[("2",)]["n_configs_without_value"] == 2 and g[("2",)]["mean"] is None
+    assert g[("inf",)]["values"] == pytest.approx([2.6, 2.5]) and g[("inf",)]["configs"] == ["C", "D"]
+    assert g[("inf",)]["n_configs_without_value"] == 1 and g[("inf",)]["std"] == pytest.approx(0.0707106781)
+    svc = seed_vs_configuration(configs, "acr_mean")
+    assert svc["inf"]["hyperparameter"] == pytest.approx(0.0707106781) and svc["inf"]["randomness"] == pytest.approx(math.sqrt(0.5))
+    assert (svc["inf"]["n_configs"], svc["inf"]["n_configs_without_value"]) == (2, 1)
+    assert svc["2"] == {"randomness": None, "hyperparameter": None, "n_configs": 0, "n_configs_with_seed_std": 0,
+                        "n_configs_without_value": 2}

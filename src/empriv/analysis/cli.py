@@ -3,7 +3,9 @@
     empriv analyze select --runs metrics/runs.csv --score acr_mean [--max-utility U] [--epsilon E] [--json]
 
 Runs are averaged over seeds per configuration; the pool is the configurations with utility ≤ U
-(``--max-utility``), at one ε (``--epsilon``; required when the table holds several finite ε).
+(``--max-utility``), at one ε (``--epsilon``; required when the table holds several finite ε), that have a
+value of the score (a null score — e.g. ACR over successes where no search succeeded — cannot be judged: such
+configurations are left out and counted).
 Prints the configuration Algorithm 1 picks and the baselines' picks (best and worst utility),
 with one line per discarded group saying why. Errors: one line on stderr, exit code 2.
 """
@@ -64,20 +66,23 @@ def select_from_table(table, score: str, utility: str = "test_nll", max_utility:
     if configs.height == 0:
         raise ValueError(f"no configuration at ε={epsilon_label(epsilon)} has {utility} ≤ {max_utility} "
                          f"({n_all} configuration(s) before the threshold)")
+    has_score = pl.col(score).cast(pl.Float64).fill_nan(None).is_not_null()
+    n_without = configs.filter(~has_score).height
+    configs = configs.filter(has_score)
+    if configs.height == 0:
+        raise ValueError(f"no configuration at ε={epsilon_label(epsilon)} has a {score} value ({n_without} in the pool "
+                         "have none): nothing to select on")
     sel = select_configuration(configs, utility)
     picks = {"algorithm1": sel.selected, "best_utility": best_utility(configs, utility),
              "worst_utility": worst_utility(configs, utility)}
-    scored = configs.filter(pl.col(score).is_not_null() & ~pl.col(score).cast(pl.Float64).is_nan())
-    oracle = None
-    if scored.height:
-        oracle = scored.row(int(scored[score].cast(pl.Float64).arg_min()), named=True)
+    oracle = configs.row(int(configs[score].cast(pl.Float64).arg_min()), named=True)
 
     def view(p):
         return {"config": point_label(p), "batch_size": p["batch_size"], "steps": p["steps"],
                 "learning_rate": p["learning_rate"], utility: p[utility], score: p.get(score)}
 
     return {"epsilon": epsilon_label(epsilon), "score": score, "utility": utility, "max_utility": max_utility,
-            "n_pool": configs.height, "n_configs": n_all,
+            "n_pool": configs.height, "n_configs": n_all, "n_without_score": n_without,
             "picks": {m: view(p) for m, p in picks.items()}, "oracle": view(oracle) if oracle else None,
             "steps": sel.steps}
 
@@ -85,7 +90,8 @@ def select_from_table(table, score: str, utility: str = "test_nll", max_utility:
 def _print(res: dict) -> None:
     u, s = res["utility"], res["score"]
     thr = f", {u} ≤ {res['max_utility']:g}" if res["max_utility"] is not None else ""
-    print(f"pool: {res['n_pool']} of {res['n_configs']} configurations at ε = {res['epsilon']}{thr}")
+    missing = f" ({res['n_without_score']} without a {s} value left out)" if res.get("n_without_score") else ""
+    print(f"pool: {res['n_pool']} of {res['n_configs']} configurations at ε = {res['epsilon']}{thr}{missing}")
 
     def line(name, p):
         sv = "n/a" if p[s] is None else f"{p[s]:.4g}"

@@ -55,13 +55,16 @@ def heuristic_pairs(table, score: str, rule: str) -> list[tuple[dict, dict]]:
 
 
 def heuristic_summary(table, score: str, rule: str) -> dict:
-    """accuracy, n_pairs, n_correct, n_ties, random_baseline (accuracy and baseline None without pairs)."""
+    """accuracy, n_pairs, n_correct, n_ties, random_baseline (accuracy and baseline None without pairs), and
+    n_configs_without_value: rows whose score is null/NaN (e.g. ACR over successes where no search succeeded),
+    left out of every pair rather than read as 0."""
     pairs = heuristic_pairs(table, score, rule)
     n = len(pairs)
     correct = sum(1 for p, q in pairs if p[score] < q[score])
     ties = sum(1 for p, q in pairs if p[score] == q[score])
+    missing = sum(1 for v in table[score].to_list() if v is None or (isinstance(v, float) and math.isnan(v)))
     return {"accuracy": correct / n if n else None, "n_pairs": n, "n_correct": correct, "n_ties": ties,
-            "random_baseline": 0.5 * (n - ties) / n if n else None}
+            "random_baseline": 0.5 * (n - ties) / n if n else None, "n_configs_without_value": missing}
 
 
 def heuristic_accuracy(table, score: str, rule: str) -> tuple[float, int]:

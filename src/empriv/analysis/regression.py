@@ -50,8 +50,9 @@ def ols(y, X, names: list[str]) -> dict:
 def log_regression(table, score: str, covariates: tuple[str, ...] | list[str]) -> dict:
     """y = ``score`` regressed on log of each covariate column, over the table's rows with a finite score.
 
-    Constant covariates are dropped (reported in ``dropped``); so are covariates perfectly collinear
-    with the ones kept before them (e.g. log C when b and T are both given).
+    Rows without a score (null/NaN: e.g. ACR over successes where no search succeeded) are left out, never read
+    as 0; ``n_without_value`` counts them. Constant covariates are dropped (reported in ``dropped``); so are
+    covariates perfectly collinear with the ones kept before them (e.g. log C when b and T are both given).
     """
     import numpy as np
     import polars as pl
@@ -62,6 +63,7 @@ def log_regression(table, score: str, covariates: tuple[str, ...] | list[str]) -
     t = table.select([pl.col(score).cast(pl.Float64), *[pl.col(c).cast(pl.Float64) for c in covariates]]).drop_nulls()
     y = t[score].to_numpy()
     ok = np.isfinite(y)
+    missing = table.height - int(ok.sum())
     cols, names, dropped = [], [], []
     for c in covariates:
         x = t[c].to_numpy()
@@ -76,13 +78,17 @@ def log_regression(table, score: str, covariates: tuple[str, ...] | list[str]) -
         names.append(TERM_NAMES.get(c, f"log_{c}"))
     if ok.sum() and np.ptp(y[ok]) == 0:
         return {"fitted": False, "reason": f"{score} is constant ({float(y[ok][0]):g}) over these runs", "n": int(ok.sum()),
-                "terms": {}, "dropped": dropped, "score": score}
+                "terms": {}, "dropped": dropped, "score": score, "n_without_value": missing}
+    if not ok.sum():
+        return {"fitted": False, "reason": f"no run has a {score} value", "n": 0, "terms": {}, "dropped": dropped,
+                "score": score, "n_without_value": missing}
     if not cols:
         return {"fitted": False, "reason": "no covariate varies in the data", "n": int(ok.sum()), "terms": {},
-                "dropped": dropped, "score": score}
+                "dropped": dropped, "score": score, "n_without_value": missing}
     out = ols(y[ok], np.column_stack(cols), names)
     out["dropped"] = dropped
     out["score"] = score
+    out["n_without_value"] = missing
     return out
 
 

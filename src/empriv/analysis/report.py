@@ -402,12 +402,15 @@ def render_html(analysis: dict, figures: dict[str, Path], *, cube: dict, params:
     rows = []
     for s in a["privacy_scores"] + [utility]:
         for e, d in a["seed_vs_configuration"].get(s, {}).items():
-            rows.append([s, e, d["n_configs"], d["hyperparameter"], d["randomness"], d["n_configs_with_seed_std"]])
+            rows.append([s, e, d["n_configs"], d.get("n_configs_without_value", 0), d["hyperparameter"], d["randomness"],
+                         d["n_configs_with_seed_std"]])
     parts.append("<p>Standard deviations across configurations (seed means; the research's Fig. 2 labels) and across seeds "
                  "within a configuration (mean over configurations; Table 8). n/a: fewer than two configurations, or no "
-                 "configuration with two seeds.</p>")
-    parts.append(_table(["score", "ε", "configurations", "std across configurations", "mean std across seeds",
-                         "configurations with ≥ 2 seeds"], rows, left=2))
+                 "configuration with two seeds. Configurations without a value of a score (e.g. ACR over successes where no "
+                 "search found a prompt: a censored result, not 0) are left out of every statistic of that score and "
+                 "counted here.</p>")
+    parts.append(_table(["score", "ε", "configurations with a value", "without a value", "std across configurations",
+                         "mean std across seeds", "configurations with ≥ 2 seeds"], rows, left=2))
     if "variance" in figures:
         parts.append(_img(figures["variance"], "jitter plot of scores per epsilon", CAPTIONS["variance"]))
     if "hyperparameters" in figures:
@@ -452,15 +455,17 @@ def render_html(analysis: dict, figures: dict[str, Path], *, cube: dict, params:
     for e, per in a["selection"].items():
         for s, d in per.items():
             if d.get("reason"):
-                rows.append([s, e, d["reason"], "", "", "", "", ""])
+                rows.append([s, e, d["reason"], "", "", "", "", "", 0])
                 continue
             picks = d["picks"]
             for m in METHODS:
                 mean, mc = d["risks"]["mean"][m], (d["risks"].get("monte_carlo") or {}).get(m, {})
                 rows.append([s, e, METHOD_LABELS[m], picks[m], mean["relative_risk"], mean["absolute_risk"],
-                             mc.get("relative_risk"), mc.get("absolute_risk")])
+                             mc.get("relative_risk"), mc.get("absolute_risk"),
+                             f"{d['n_points']} ({d['n_configs_without_value']} without a value left out)"
+                             if d.get("n_configs_without_value") else d.get("n_points")])
     parts.append(_table(["score", "ε", "method", "pick (whole pool)", "relative risk (means)", "absolute risk (means)",
-                         "relative risk (MC)", "absolute risk (MC)"], rows, left=4))
+                         "relative risk (MC)", "absolute risk (MC)", "pool"], rows, left=4))
     if primary:
         for e, per in a["selection"].items():
             d = per.get(primary)

@@ -17,6 +17,10 @@ absolute risk y_sel − y_oracle, averaged over thresholds. Monte Carlo variant:
 score is drawn from N(seed mean, seed std) (std 0 when a configuration has a single seed), the
 picks (which depend only on hyperparameters and utility) stay, and the averages are averaged over
 trials (5,000 by default, seeded).
+
+Missing scores: a configuration without a value of the score (null/NaN — e.g. ACR over successes where no
+search succeeded, which is censored, not 0) cannot be judged, so the pool of the sweep and the risks is the
+configurations that have one; how many were left out is reported (``n_points_without_value``).
 """
 
 from __future__ import annotations
@@ -247,6 +251,7 @@ def selection_risks(configs, score: str, utility: str = "test_nll", trials: int 
     """Risks of each method on one pool (one row per configuration, with ``<score>__seed_std`` for Monte Carlo).
 
     ``mean``: on the seed means; ``monte_carlo``: averaged over ``trials`` resampled layouts (None if trials = 0).
+    Configurations without a ``score`` value are left out of the pool (``n_points_without_value``).
     """
     import numpy as np
 
@@ -256,13 +261,13 @@ def selection_risks(configs, score: str, utility: str = "test_nll", trials: int 
     pool = configs.filter(~(configs[score].is_null() | configs[score].cast(float).is_nan()))
     if pool.height == 0:
         return {"n_points": 0, "n_thresholds": 0, "mean": None, "monte_carlo": None,
-                "reason": f"no configuration has a {score} value"}
+                "n_points_without_value": configs.height, "reason": f"no configuration has a {score} value"}
     masks, picks = _sweep_picks(pool, score, utility)
     mu = pool[score].cast(float).to_numpy()
     std_col = f"{score}__seed_std"
     sd = (pool[std_col].cast(float).fill_nan(None).fill_null(0.0).to_numpy() if std_col in pool.columns
           else np.zeros_like(mu))
-    out = {"n_points": pool.height, "n_thresholds": int(masks.shape[0]),
+    out = {"n_points": pool.height, "n_points_without_value": configs.height - pool.height, "n_thresholds": int(masks.shape[0]),
            "mean": _summarise(_risk_arrays(mu[None, :], masks, picks)),
            "monte_carlo": None, "trials": trials, "seed": seed,
            "n_points_without_seed_std": int((sd == 0).sum())}

@@ -26,19 +26,49 @@ AUDIT_OUTCOMES = ("audit_eps_lb_95", "audit_eps_lb_99", "audit_auc", "audit_tpr_
 
 def primary_score(configs, scores: list[str]) -> str | None:
     """The score the report's figures use: the first of ``scores`` whose configuration means differ at some finite ε
-    (a score that is constant within every finite ε — ACR when no prompt compresses anything, VMR at 0 — cannot rank
-    configurations); the first score when none varies; None without scores."""
+    (a score that is constant within every finite ε — VMR at 0 — cannot rank configurations). A score with no value
+    at any finite ε (ACR over successes when no search succeeded at finite ε: null there, not 0) can never be
+    primary. When none varies: the first score with a value at some finite ε; failing that (an ε = ∞-only table),
+    the first score with any value; None without scores."""
     import polars as pl
 
     if not scores:
         return None
     finite = configs.filter(pl.col("epsilon").is_finite())
+
+    def values(frame, s):
+        return frame[s].cast(pl.Float64).fill_nan(None).drop_nulls()
+
     for s in scores:
         for _, g in finite.group_by("epsilon"):
-            col = g[s].cast(pl.Float64).fill_nan(None).drop_nulls()
+            col = values(g, s)
             if col.len() > 1 and float(col.max()) - float(col.min()) > 1e-12 * max(1.0, abs(float(col.max()))):
                 return s
+    for frame in (finite, configs):
+        for s in scores:
+            if values(frame, s).len():
+                return s
     return scores[0]
+
+
+def value_coverage(table, configs, scores: list[str], by: str = "epsilon") -> dict:
+    """Per score and ε: how many runs and configurations have a value (null or NaN = none). A score without a value
+    (ACR over successes where no search succeeded; ACR on the seeds it does not run for) is left out of that score's
+    statistics — never counted as 0."""
+    import polars as pl
+
+    from empriv.analysis.table import epsilon_label
+
+    out: dict = {}
+    for s in scores:
+        per = {}
+        for key in sorted(configs[by].unique().to_list()):
+            r, c = table.filter(pl.col(by) == key), configs.filter(pl.col(by) == key)
+            per[epsilon_label(key) if by == "epsilon" else str(key)] = {
+                "n_runs": r.height, "n_runs_with_value": int(r[s].cast(pl.Float64).fill_nan(None).drop_nulls().len()),
+                "n_configs": c.height, "n_configs_with_value": int(c[s].cast(pl.Float64).fill_nan(None).drop_nulls().len())}
+        out[s] = per
+    return out
 
 
 def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_nll", base_utility: float | None = None,
@@ -80,6 +110,21 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
     kept_groups = set(configs["group"].to_list())
     runs = table.filter(pl.col("group").is_in(kept_groups))
 
+    coverage = value_coverage(runs, configs, scores)
+    for s, per in coverage.items():
+        gaps = [f"ε = {e}: {c['n_configs_with_value']} of {c['n_configs']} configurations ({c['n_runs_with_value']} of "
+                f"{c['n_runs']} runs)" for e, c in per.items() if c["n_configs_with_value"] < c["n_configs"]
+                or c["n_runs_with_value"] < c["n_runs"]]
+        if gaps:
+            notes.append(f"{s} has values for {'; '.join(gaps)}: runs and configurations without one are left out of its "
+                         "statistics (variance, regression, heuristics, selection), not counted as 0")
+    acr_over_successes = [s for s in scores if s in ("acr_mean", "acr_max")]
+    if acr_over_successes:
+        notes.append(f"{' and '.join(acr_over_successes)} {'is' if len(acr_over_successes) == 1 else 'are'} over successful "
+                     "ACR searches only: a run where no search found "
+                     "a prompt has no value (a failed search is censored: only an upper bound is known), and "
+                     "acr_success_rate is the fraction of searched secrets with a success")
+
     variance = {s: group_std(configs, s, group_by) for s in scores + [utility]}
     svc = {s: seed_vs_configuration(configs, s) for s in scores + [utility]}
     regression = regressions(runs, scores) if scores else {}
@@ -95,12 +140,15 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
         for s in scores:
             p = pool.filter(pl.col(s).is_not_null() & ~pl.col(s).cast(pl.Float64).is_nan())
             if p.height == 0:
-                selection[label][s] = {"reason": f"no configuration has a {s} value"}
+                selection[label][s] = {"reason": f"no configuration has a {s} value", "n_configs": pool.height,
+                                       "n_configs_without_value": pool.height}
                 continue
+            # the pool is the configurations that have the score: Algorithm 1, the baselines and the oracle choose
+            # among the same points (a configuration without a value cannot be judged)
             sel = select_configuration(p, utility)
             idx = pick_indices(p, utility)
             selection[label][s] = {
-                "n_points": p.height,
+                "n_points": p.height, "n_configs_without_value": pool.height - p.height,
                 "picks": {m: point_label(p.row(i, named=True)) for m, i in idx.items()},
                 "steps": sel.steps,
                 "sweep": threshold_sweep(p, s, utility),
@@ -109,9 +157,18 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
     correlations = spearman_correlations(configs, audit + scores + [utility])
     primary = primary_score(configs, scores)
     if primary is not None and primary != scores[0]:
-        flat = scores[: scores.index(primary)]
-        notes.append(f"primary score {primary}: {', '.join(flat)} take one value across the configurations of every "
-                     "finite ε (nothing to rank or select on), so the figures use the first score that varies")
+        before = scores[: scores.index(primary)]
+        finite_cfg = configs.filter(pl.col("epsilon").is_finite())
+        empty = [s for s in before if finite_cfg[s].cast(pl.Float64).fill_nan(None).drop_nulls().len() == 0]
+        flat = [s for s in before if s not in empty]
+        why = []
+        if empty:
+            why.append(f"{', '.join(empty)} {'has' if len(empty) == 1 else 'have'} no value at any finite ε")
+        if flat:
+            why.append(f"{', '.join(flat)} {'takes' if len(flat) == 1 else 'take'} one value across the configurations "
+                       "of every finite ε")
+        notes.append(f"primary score {primary}: {'; '.join(why)} (nothing to rank or select on), so the figures use "
+                     f"{primary}")
 
     finite = [e for e in sorted(configs["epsilon"].unique().to_list()) if math.isfinite(e)]
     focus = epsilon_label(finite[-1]) if finite else (epsilon_label(configs["epsilon"].max()) if configs.height else "inf")
@@ -121,7 +178,7 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
         "privacy_scores": scores, "skipped_scores": skipped, "audit_columns": audit, "utility": utility,
         "primary_score": primary, "focus_epsilon": focus,
         "retention_fraction": retention_fraction, "retention": retention,
-        "variance": variance, "seed_vs_configuration": svc, "regression": regression, "heuristics": heuristics,
+        "coverage": coverage, "variance": variance, "seed_vs_configuration": svc, "regression": regression, "heuristics": heuristics,
         "selection": selection, "correlations": correlations, "monte_carlo_trials": monte_carlo_trials, "seed": seed,
         "notes": notes,
     }

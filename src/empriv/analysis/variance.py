@@ -3,6 +3,11 @@
 Runs are first averaged over seeds within each configuration (ε, b, T, η); then, per ε, the mean
 and standard deviation across configurations of every score, and — to tell configuration effects
 from training noise — the mean within-configuration standard deviation across seeds.
+
+A missing value (null or NaN) is left out, never read as 0: a configuration's seed mean is over the seeds
+that have the score, a group's statistics over the configurations that have one, and every result says how
+many had a value. ACR over successes (``acr_mean``, ``acr_max``) is null for a run where no search found a
+prompt; ``acr_success_rate`` is defined for every run that searched.
 """
 
 from __future__ import annotations
@@ -23,9 +28,16 @@ def summarize(table, scores: list[str]) -> dict:
 
         logging.getLogger("empriv.analyze").warning("analyze.scores: no column %s in this cube's runs; skipped", missing)
         scores = [s for s in scores if s not in missing]
+    def x(s):
+        return pl.col(s).cast(pl.Float64).fill_nan(None)
+
+    acr_counts = [c for c in ("acr_n_searched", "acr_n_success") if c in table.columns]
     per_config = table.group_by(["epsilon", "group"]).agg(
-        *[pl.col(s).mean().alias(s) for s in scores],
-        *[pl.col(s).std(ddof=1).alias(f"{s}__seed_std") for s in scores],
+        *[x(s).mean().alias(s) for s in scores],
+        *[x(s).std(ddof=1).alias(f"{s}__seed_std") for s in scores],
+        *[x(s).is_not_null().sum().alias(f"{s}__n_runs") for s in scores],
+        *[x(c).sum().alias(f"{c}__sum") for c in acr_counts],
+        *([x("acr_n_searched").is_not_null().sum().alias("acr__runs_searched")] if acr_counts else []),
         pl.len().alias("n_seeds"),
     )
     out: dict = {}
@@ -40,7 +52,14 @@ def summarize(table, scores: list[str]) -> dict:
                 "min": float(col.min()) if col.len() else None,
                 "max": float(col.max()) if col.len() else None,
                 "mean_seed_std": _nan_none(g[f"{s}__seed_std"].drop_nulls().mean()),
+                "n_configs_with_value": int(col.len()),
+                "n_runs_with_value": int(g[f"{s}__n_runs"].sum()),
             }
+        if len(acr_counts) == 2 and int(g["acr__runs_searched"].sum()):
+            searched, success = int(g["acr_n_searched__sum"].sum()), int(g["acr_n_success__sum"].sum())
+            # pooled over every searched secret of every run at this ε (runs that did not search are not counted)
+            entry["acr_searches"] = {"n_runs": int(g["acr__runs_searched"].sum()), "n_searched": searched,
+                                     "n_success": success, "success_rate": success / searched if searched else None}
         out[epsilon_label(eps)] = entry
     return out
 
@@ -52,9 +71,16 @@ def _nan_none(x):
     return None if math.isnan(x) else x
 
 
+SCORE_LABELS = {"acr_mean": "acr_mean over successes", "acr_max": "acr_max over successes"}
+
+
 def format_summary(summary: dict, scores: list[str]) -> str:
-    """A readable table: one row per ε, mean ± std across configurations for each score."""
-    head = ["eps", "configs"] + scores
+    """A readable table: one row per ε, mean ± std across configurations for each score.
+
+    A cell that summarises fewer configurations than the ε has says so (``n=k/m``): the others have no value (ACR
+    over successes where no search succeeded, or a score not computed for them) and are left out, not read as 0;
+    a cell with no value at all reads "none". Where ACR ran, a line per ε gives its searches' pooled success count."""
+    head = ["eps", "configs"] + [SCORE_LABELS.get(s, s) for s in scores]
     lines = []
     rows = [head]
     for eps, entry in summary.items():
@@ -62,13 +88,16 @@ def format_summary(summary: dict, scores: list[str]) -> str:
         for s in scores:
             v = entry[s]
             if v["mean"] is None:
-                row.append("n/a")
+                row.append("none (n=0)" if "n_configs_with_value" in v else "n/a")
                 continue
             cell = f"{v['mean']:.3f}"
             if v["std_across_configs"] is not None:
                 cell += f" ± {v['std_across_configs']:.3f}"
             if v.get("mean_seed_std") is not None:
                 cell += f" [{v['mean_seed_std']:.3f}]"
+            n = v.get("n_configs_with_value")
+            if n is not None and n < entry["n_configs"]:
+                cell += f" (n={n}/{entry['n_configs']})"
             row.append(cell)
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -77,7 +106,12 @@ def format_summary(summary: dict, scores: list[str]) -> str:
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     lines.append("mean ± std across configurations at each ε (seeds averaged first) "
-                 "[mean std across seeds within a configuration]")
+                 "[mean std across seeds within a configuration] (n=k/m: only k of the m configurations have a value)")
+    searches = {eps: e["acr_searches"] for eps, e in summary.items() if e.get("acr_searches")}
+    if searches:
+        lines.append("ACR searches that found a prompt: " + "; ".join(
+            f"ε = {eps}: {d['n_success']}/{d['n_searched']} ({d['n_runs']} runs)" for eps, d in searches.items())
+            + " — acr_mean/acr_max are over these successes only; a failed search has no value (only an upper bound)")
     return "\n".join(lines)
 
 
@@ -85,7 +119,8 @@ def format_summary(summary: dict, scores: list[str]) -> str:
 def group_std(configs, score: str, by: list[str] | tuple[str, ...] = ("epsilon",)) -> list[dict]:
     """Per group (ε, and any other ``by`` columns present: base model, data variant, method …): the standard
     deviation (ddof = 1) of the configuration means of ``score`` — the label on top of each cluster of
-    the research's Fig. 2 — with the values themselves. std is None with fewer than two configurations."""
+    the research's Fig. 2 — with the values themselves. Configurations without a value (null/NaN) are left out
+    and counted in ``n_configs_without_value``; std is None with fewer than two configurations with a value."""
     import polars as pl
 
     from empriv.analysis.table import require_columns
@@ -96,10 +131,11 @@ def group_std(configs, score: str, by: list[str] | tuple[str, ...] = ("epsilon",
     for key, g in configs.sort(by).group_by(by, maintain_order=True):
         vals = [float(v) for v in g[score].cast(pl.Float64).fill_nan(None).drop_nulls().to_list()]
         labels = {c: (epsilon_label(k) if c == "epsilon" else str(k)) for c, k in zip(by, key)}
-        out.append({"group": labels, "n_configs": len(vals),
+        out.append({"group": labels, "n_configs": len(vals), "n_configs_without_value": g.height - len(vals),
                     "mean": sum(vals) / len(vals) if vals else None,
                     "std": _std(vals), "values": vals,
-                    "configs": g.filter(g[score].is_not_null())["group"].to_list() if "group" in g.columns else []})
+                    "configs": (g.filter(g[score].cast(pl.Float64).fill_nan(None).is_not_null())["group"].to_list()
+                                if "group" in g.columns else [])})
     return out
 
 
@@ -115,7 +151,8 @@ def _std(vals: list[float]) -> float | None:
 def seed_vs_configuration(configs, score: str, by: str = "epsilon") -> dict:
     """The research's Table 8, per ε: ``randomness`` = mean over configurations of the seed standard deviation
     (configurations with one seed have none and are left out; None if no configuration has two seeds),
-    ``hyperparameter`` = standard deviation of the configuration means; with the counts behind each."""
+    ``hyperparameter`` = standard deviation of the configuration means; with the counts behind each (configurations
+    without a value of ``score`` are left out: ``n_configs`` counts those with one, ``n_configs_without_value`` the rest)."""
     import polars as pl
 
     out = {}
@@ -127,7 +164,7 @@ def seed_vs_configuration(configs, score: str, by: str = "epsilon") -> dict:
         out[epsilon_label(key) if by == "epsilon" else str(key)] = {
             "randomness": sum(seeds) / len(seeds) if seeds else None,
             "hyperparameter": _std(means),
-            "n_configs": len(means), "n_configs_with_seed_std": len(seeds)}
+            "n_configs": len(means), "n_configs_with_seed_std": len(seeds), "n_configs_without_value": g.height - len(means)}
     return out
 
 
