@@ -166,9 +166,18 @@ def test_score_and_summary(repo):
         acr = [r.get("acr") for r in m["per_secret"]]
         if name.endswith("-s0"):
             assert m["acr_protocol"]["ran"] and m["acr_protocol"]["n_secrets"] == 2
-            searched = [a for a in acr[:2] if a is not None]
-            assert searched and all(a > 0 for a in searched) and acr[2:] == [None] * (n_secrets - 2)
-            assert m["acr_mean"] == pytest.approx(sum(searched) / len(searched)) and m["acr_max"] == max(searched)
+            # a failed search has no value (acr null) and an upper bound; acr_mean/acr_max are over successes only
+            searched = m["per_secret"][:2]
+            assert all(r["acr_success"] in (True, False) for r in searched) and acr[2:] == [None] * (n_secrets - 2)
+            hits = [r["acr"] for r in searched if r["acr_success"]]
+            assert all(a > 0 for a in hits)
+            assert all(r["acr"] is None and r["acr_upper_bound"] > 0 for r in searched if not r["acr_success"])
+            assert m["acr_n_searched"] == 2 and m["acr_n_success"] == len(hits)
+            assert m["acr_success_rate"] == pytest.approx(len(hits) / 2)
+            if hits:
+                assert m["acr_mean"] == pytest.approx(sum(hits) / len(hits)) and m["acr_max"] == max(hits)
+            else:
+                assert m["acr_mean"] is None and m["acr_max"] is None
         else:
             assert not m["acr_protocol"]["ran"] and "acr_mean" not in m and acr == [None] * n_secrets
     summary = json.loads((work / "metrics/summary.json").read_text())

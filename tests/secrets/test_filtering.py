@@ -63,8 +63,10 @@ def test_verbatim_filters_keep_what_the_nonprivate_model_reproduces_and_the_base
     from empriv.score.acr import adversarial_compression_ratio, settings_from_params
 
     s = settings_from_params(_params(True).score.acr)
-    assert adversarial_compression_ratio(at_start, tok.encode(SECRET), s).acr < \
-        adversarial_compression_ratio(memorised, tok.encode(SECRET), s).acr
+    weak, strong = (adversarial_compression_ratio(m, tok.encode(SECRET), s) for m in (at_start, memorised))
+    assert strong.success and strong.acr > 1.0
+    # less compression: no prompt at all (a failure has no ACR value, which the filters read as 0), or a longer one
+    assert (weak.acr is None and not weak.success) or weak.acr < strong.acr
     # a base that also reproduces the secret removes it: nothing is left, which is an error, not a fallback
     with pytest.raises(ConfigError, match="removed all 2 secrets"):
         filter_secrets(_params(True), secrets, [memorised], memorised, tok)
