@@ -227,3 +227,12 @@ def test_fast_seeds_share_model_calls(tok):
     assert both.counts.passes < sum(r.counts.passes for r in alone)
     published = adversarial_compression_ratio(model, target, ACRSettings(**{**s, "strategy": "published"}), key="k")
     assert published.counts.backward_calls == 2 * both.counts.backward_calls  # published: every seed on its own
+
+
+def test_acr_of_secrets_records_a_failure_as_censored(tok):
+    model = _fresh(tok, seed=1)
+    out = acr_of_secrets(model, tok, [{"id": "s", "text": SHORT}], ACRSettings(**{**QUICK, "max_length": 16, "steps": 5}),
+                         progress=False)
+    rec = out["s"]
+    assert rec["acr_success"] is False and rec["acr"] is None and rec["acr_prompt_tokens"] is None
+    assert rec["acr_longest_tried"] == 15 and rec["acr_upper_bound"] == pytest.approx(len(tok.encode(SHORT)) / 16)
