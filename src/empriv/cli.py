@@ -5,6 +5,7 @@
     empriv privacy ...               privacy accounting (calibrate, epsilon, profile, group)
     empriv audit ...                 ε lower bounds from audit counts (epsilon, clopper-pearson)
     empriv analyze select ...        Algorithm 1's pick from a run table, and the baselines'
+    empriv study run PRESET          run presets/PRESET.yaml end to end in .studies/PRESET → results/PRESET
 """
 
 from __future__ import annotations
@@ -43,6 +44,19 @@ def _validate(args) -> int:
     return 0
 
 
+def _study(args) -> int:
+    from empriv.config import ConfigError
+    from empriv.study import run_study
+
+    try:
+        study = run_study(args.preset, Path(args.root), data_path=args.data_path, jobs=args.jobs)
+    except (ConfigError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps(study, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="empriv", description="empirical privacy of DP fine-tuning")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -53,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="validate a params file")
     v.add_argument("params", nargs="?", default="params.yaml")
     v.set_defaults(func=_validate)
+    st = sub.add_parser("study", help="preset studies (presets/*.yaml)")
+    st_sub = st.add_subparsers(dest="study_command", required=True)
+    sr = st_sub.add_parser("run", help="run a preset end to end in its own worktree; results in results/PRESET")
+    sr.add_argument("preset", help="name of presets/<name>.yaml")
+    sr.add_argument("--data-path", default=None, help="override the preset's data.path (your own corpus)")
+    sr.add_argument("--root", default=".", help="project root (default: the current directory)")
+    sr.add_argument("--jobs", type=int, default=1, help="dvc repro --jobs (keep 1 on a 2-core machine)")
+    sr.set_defaults(func=_study)
     from empriv.privacy.cli import add_privacy_parser, run as run_privacy
 
     add_privacy_parser(sub).set_defaults(func=run_privacy)

@@ -32,6 +32,9 @@ class _Section(BaseModel):
 
 class RuntimeParams(_Section):
     device: str = "auto"
+    # fp32, or bf16 autocast of the training forward passes (DP clipping, noise and weights stay fp32);
+    # whether the resolved device supports it is checked when the run starts (empriv.train.precision).
+    precision: Literal["fp32", "bf16"] = "fp32"
     threads: int = Field(2, ge=1)
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     wandb_project: str = "empriv"
@@ -182,10 +185,21 @@ class TrainParams(_Section):
     method: Literal["full", "lora"] = "full"
     optimizer: Literal["adam", "sgd"] = "adam"
     clip_norm: float = Field(1.0, gt=0)
-    micro_batch_size: int = Field(64, ge=1)
+    # Physical batch (memory only: the logical Poisson batch b and the accounting do not depend on it):
+    # an int >= 1, or "auto" (CUDA: the largest power of two that fits, probed; CPU: an estimate).
+    micro_batch_size: int | Literal["auto"] = 64
     sampler: Literal["poisson"] = "poisson"
     log_every: int = Field(1, ge=1)
     lora: LoraParams = LoraParams()
+
+    @field_validator("micro_batch_size", mode="before")
+    @classmethod
+    def _micro_batch_size(cls, v: Any) -> Any:
+        if v == "auto":
+            return v
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError("must be an integer >= 1 or 'auto'")
+        return v
 
 
 def _parse_epsilon(v: Any) -> int | float:
@@ -307,11 +321,11 @@ class ScoreParams(_Section):
 
 
 class AnalyzeParams(_Section):
-    scores: list[str] = ["acr_mean", "acr_max", "exposure_gap_mean", "exposure_gap_vs_base_mean", "continuation_nll_mean",
+    scores: list[str] = ["acr_success_rate", "acr_mean", "acr_max", "exposure_gap_mean", "exposure_gap_vs_base_mean", "continuation_nll_mean",
                          "vmr_mean", "test_nll"]
     # Empirical privacy scores (higher = more memorised) for variance, regression, heuristics and selection;
     # the first available one is the report's primary score. Absent or all-null columns are skipped (noted).
-    privacy_scores: list[str] = ["acr_mean", "acr_max", "air_mean", "air_max", "exposure_gap_mean", "exposure_gap_worst",
+    privacy_scores: list[str] = ["acr_success_rate", "acr_mean", "acr_max", "air_mean", "air_max", "exposure_gap_mean", "exposure_gap_worst",
                                  "vmr_mean", "vmr_worst", "vmr_max", "vmr_greedy_mean", "vmr_greedy_max"]
     utility: str = "test_nll"  # lower = better
     retention_fraction: float = Field(0.9, ge=0, le=1)  # keep configurations with >= this share of the best utility gain

@@ -24,12 +24,36 @@ def set_threads(params: Params) -> None:
     torch.set_num_threads(params.runtime.threads)
 
 
+def record_cost(started: float, log_path: str | None = None) -> dict:
+    """Wall time, CPU time and peak memory (RSS) of this stage process; appended as one JSON line to
+    ``$EMPRIV_TIMING_LOG`` when that is set (the preset studies use it), never into DVC outputs."""
+    import json
+    import resource
+    import time
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    name = Path(sys.argv[0]).stem
+    if "--name" in sys.argv[1:-1]:
+        name += "@" + sys.argv[sys.argv.index("--name") + 1]
+    record = {"stage": name, "wall_s": round(time.time() - started, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+              "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    log_path = log_path or os.environ.get("EMPRIV_TIMING_LOG")
+    if log_path:
+        with open(log_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+    return record
+
+
 def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.yaml") -> None:
     """Load and validate params, then run ``main``; invalid input exits 2 with a clear message."""
+    import time
+
+    started = time.time()
     setup_logging()
     try:
         params = load_params(params_path)
         main(params)
+        record_cost(started)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -1,0 +1,135 @@
+"""Preset studies: the whole pipeline on a preset's params, in its own git worktree.
+
+A preset (``presets/<name>.yaml``) is a complete params file — the DVC-native unit of a study.
+``empriv study run <name>``:
+
+1. validates the preset (relative ``data.path`` / ``secrets.overrides`` are resolved against the
+   project root, so a preset can point at ``../shared/data/...``);
+2. checks out the current commit into ``.studies/<name>/`` (``git worktree``; the study runs
+   committed code, and its results name that commit), writes the preset there as ``params.yaml``
+   and points that worktree's DVC cache at the project's own (``.dvc/config.local``), so outputs
+   are cached once and the real base's weights are built once;
+3. runs ``dvc repro`` there, recording every stage process's wall time, CPU time and peak memory
+   (``$EMPRIV_TIMING_LOG``, written by :func:`empriv.stage.record_cost`);
+4. copies the study's metrics, analysis plots, report, params and ``dvc.lock`` into
+   ``results/<name>/`` with ``cost.csv`` (per stage) and ``study.json`` (commit, totals).
+
+Nothing in ``results/`` holds secret text: the metrics carry ids and numbers only.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from empriv.config import ConfigError, parse_params, read_yaml
+
+PRESETS_DIR = Path("presets")
+STUDIES_DIR = Path(".studies")
+RESULTS_DIR = Path("results")
+COPIED = ("metrics", "plots/analysis", "plots/profiles", "reports/report.html", "params.yaml", "dvc.lock")
+
+
+def preset_path(name: str, root: Path) -> Path:
+    path = root / PRESETS_DIR / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (root / PRESETS_DIR).glob("*.yaml"))
+        raise ConfigError(f"preset {name!r} does not exist ({path}); known presets: {', '.join(known) or 'none'}")
+    return path
+
+
+def resolve_preset(name: str, root: Path, data_path: str | None = None) -> dict:
+    """The preset's params with file paths made absolute (``data_path`` overrides ``data.path``); validated."""
+    raw = read_yaml(preset_path(name, root))
+    if not isinstance(raw, dict):
+        raise ConfigError(f"preset {name!r} must be a mapping of params sections")
+    data = raw.setdefault("data", {})
+    if data_path is not None:
+        data["path"] = data_path
+    for section, key in (("data", "path"), ("secrets", "overrides")):
+        value = (raw.get(section) or {}).get(key)
+        if value and not Path(value).expanduser().is_absolute():
+            raw[section][key] = str((root / value).resolve())
+    parse_params(raw)  # fails here, before any worktree or output is touched
+    return raw
+
+
+def _run(cmd: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, check=True, text=True, **kwargs)
+
+
+def _write_params(raw: dict, path: Path) -> None:
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.default_flow_style = None
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("# written by `empriv study run` from the preset of the same name\n")
+        yaml.dump(raw, fh)
+
+
+def summarise_cost(records: list[dict]) -> list[dict]:
+    """Per stage kind (``train@…`` runs grouped as ``train``): count, total and max wall time, max peak memory."""
+    groups: dict[str, dict] = {}
+    for r in records:
+        kind = r["stage"].split("@")[0]
+        g = groups.setdefault(kind, {"stage": kind, "processes": 0, "wall_s_total": 0.0, "wall_s_max": 0.0,
+                                     "cpu_s_total": 0.0, "peak_rss_mb_max": 0.0})
+        g["processes"] += 1
+        g["wall_s_total"] = round(g["wall_s_total"] + r["wall_s"], 2)
+        g["wall_s_max"] = max(g["wall_s_max"], r["wall_s"])
+        g["cpu_s_total"] = round(g["cpu_s_total"] + r["cpu_s"], 2)
+        g["peak_rss_mb_max"] = max(g["peak_rss_mb_max"], r["peak_rss_mb"])
+    return list(groups.values())
+
+
+def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int = 1) -> dict:
+    """Run preset ``name`` end to end (see the module docstring); returns ``study.json``'s content."""
+    root = root.resolve()
+    raw = resolve_preset(name, root, data_path)
+    commit = _run(["git", "rev-parse", "HEAD"], root, capture_output=True).stdout.strip()
+    work = root / STUDIES_DIR / name
+    if not work.exists():
+        _run(["git", "worktree", "add", "--detach", str(work), commit], root, capture_output=True)
+    else:
+        _run(["git", "checkout", "--detach", "--force", commit], work, capture_output=True)
+    _write_params(raw, work / "params.yaml")
+    (work / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {root / '.dvc' / 'cache'}\n")
+    out = root / RESULTS_DIR / name
+    out.mkdir(parents=True, exist_ok=True)
+    timing = out / "cost.jsonl"
+    timing.unlink(missing_ok=True)
+    env = {**os.environ, "EMPRIV_TIMING_LOG": str(timing), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    started = time.time()
+    with open(out / "dvc_repro.log", "w", encoding="utf-8") as log:
+        proc = subprocess.run(["dvc", "repro", *(["--jobs", str(jobs)] if jobs > 1 else [])], cwd=work, env=env,
+                              stdout=log, stderr=subprocess.STDOUT, text=True)
+    wall = time.time() - started
+    records = [json.loads(line) for line in timing.read_text().splitlines()] if timing.exists() else []
+    for item in COPIED:
+        src, dst = work / item, out / item
+        if src.is_dir():
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(src, dst)
+        elif src.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+    cost = summarise_cost(records)
+    if cost:
+        with open(out / "cost.csv", "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(cost[0]))
+            writer.writeheader()
+            writer.writerows(cost)
+    study = {"preset": name, "commit": commit, "dvc_repro_exit_code": proc.returncode, "wall_time_s": round(wall, 1),
+             "stage_processes": len(records), "cost": cost,
+             "peak_rss_mb_max": max((r["peak_rss_mb"] for r in records), default=None)}
+    (out / "study.json").write_text(json.dumps(study, indent=2) + "\n")
+    if proc.returncode != 0:
+        raise RuntimeError(f"study {name!r}: dvc repro failed with exit code {proc.returncode}; see {out / 'dvc_repro.log'}")
+    return study
