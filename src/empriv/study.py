@@ -1,10 +1,12 @@
 """Preset studies: the whole pipeline on a preset's params, in its own git worktree.
 
-A preset (``presets/<name>.yaml``) is a complete params file — the DVC-native unit of a study.
+A preset (``presets/<name>.yaml``) is a params overlay: the keys it sets replace those of the
+project's ``params.yaml`` (mappings merge key by key; lists and values replace), and the merged
+file is the study's ``params.yaml`` — what ``dvc repro`` reads and ``dvc.lock`` records.
 ``empriv study run <name>``:
 
-1. validates the preset (relative ``data.path`` / ``secrets.overrides`` are resolved against the
-   project root, so a preset can point at ``../shared/data/...``);
+1. merges and validates the preset (relative ``data.path`` / ``secrets.overrides`` are resolved
+   against the project root, so a preset can point at ``../shared/data/...``);
 2. checks out the current commit into ``.studies/<name>/`` (``git worktree``; the study runs
    committed code, and its results name that commit), writes the preset there as ``params.yaml``
    and points that worktree's DVC cache at the project's own (``.dvc/config.local``), so outputs
@@ -44,11 +46,21 @@ def preset_path(name: str, root: Path) -> Path:
     return path
 
 
+def merge(base: dict, overlay: dict) -> dict:
+    """``overlay`` over ``base``: mappings merge key by key, anything else replaces."""
+    out = dict(base)
+    for key, value in overlay.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def resolve_preset(name: str, root: Path, data_path: str | None = None) -> dict:
-    """The preset's params with file paths made absolute (``data_path`` overrides ``data.path``); validated."""
-    raw = read_yaml(preset_path(name, root))
-    if not isinstance(raw, dict):
+    """``params.yaml`` with the preset merged over it and file paths made absolute (``data_path``
+    overrides ``data.path``); validated."""
+    overlay = read_yaml(preset_path(name, root))
+    if not isinstance(overlay, dict):
         raise ConfigError(f"preset {name!r} must be a mapping of params sections")
+    raw = merge(read_yaml(root / "params.yaml"), overlay)
     data = raw.setdefault("data", {})
     if data_path is not None:
         data["path"] = data_path

@@ -71,6 +71,13 @@ def make_base(params: Params, out_dir: str | Path = BASE_DIR, metrics_path: str 
         if is_pretrained(b.name):
             facts = _pretrained_base(params, tmp)
             model = load_model(tmp)
+            if b.name == "smollm2-135m":  # a sane build: ~7-8 perplexity on plain English, "... France is" → Paris
+                from transformers import AutoTokenizer
+
+                from empriv.models.smollm2 import sanity_check
+
+                check = sanity_check(model, AutoTokenizer.from_pretrained(str(tmp)))
+                facts.update(sanity_perplexity=check["perplexity"], sanity_completion=check["completion"])
             vocab = model.get_input_embeddings().weight.shape[0]
             if vocab < tok.vocab_size:
                 raise ConfigError(f"base.name {b.name!r}: the model has {vocab} token embeddings but its tokenizer "
