@@ -86,6 +86,14 @@ INVALID = [
     pytest.param(without("cube"), "cube", "is required", id="missing-cube"),
     pytest.param(with_("train.optimizer", "rmsprop"), "train.optimizer", "'rmsprop'", id="bad-optimizer"),
     pytest.param(with_("data.secret_frequencies", [0.5, 0.6]), "data.secret_frequencies", "must sum to < 1", id="freq-sum"),
+    pytest.param(with_("runtime.precision", "fp16"), "runtime.precision", "'fp16'", id="bad-precision"),
+    pytest.param(with_("runtime.precision", "bfloat16"), "runtime.precision", "'bf16'", id="precision-says-allowed"),
+    pytest.param(with_("train.micro_batch_size", 0), "train.micro_batch_size", "or 'auto' (got 0)", id="micro-batch-zero"),
+    pytest.param(with_("train.micro_batch_size", -8), "train.micro_batch_size", "(got -8)", id="micro-batch-negative"),
+    pytest.param(with_("train.micro_batch_size", "max"), "train.micro_batch_size", "(got 'max')", id="micro-batch-bad-word"),
+    pytest.param(with_("train.micro_batch_size", "64"), "train.micro_batch_size", "(got '64')", id="micro-batch-quoted-int"),
+    pytest.param(with_("train.micro_batch_size", 2.5), "train.micro_batch_size", "(got 2.5)", id="micro-batch-float"),
+    pytest.param(with_("train.micro_batch_size", True), "train.micro_batch_size", "(got True)", id="micro-batch-bool"),
 ]
 
 
@@ -97,6 +105,15 @@ def test_invalid_params_raise_config_error_naming_field_and_value(raw, field, sh
     msg = str(info.value)
     assert field in msg, msg
     assert shown in msg, msg
+
+
+def test_precision_and_micro_batch_size_defaults_and_accepted_values():
+    p = parse_params(MINIMAL)
+    assert p.runtime.precision == "fp32"
+    assert p.train.micro_batch_size == 64
+    assert parse_params(with_("runtime.precision", "bf16")).runtime.precision == "bf16"
+    for value in ("auto", 1, 3, 256):
+        assert parse_params(with_("train.micro_batch_size", value)).train.micro_batch_size == value
 
 
 def test_n_embd_message_names_both_values():

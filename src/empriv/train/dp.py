@@ -8,6 +8,11 @@ counts as a step. σ is calibrated so that T such steps meet the run's (ε, δ).
 
 ε = ∞ is the non-private reference: the same Poisson batches, no clipping and no noise, the mean
 loss over the batch.
+
+``runtime.precision`` bf16 runs the forward passes under bfloat16 autocast; per-sample gradients are
+cast to float32 before clipping, so clipping, noise and weights stay float32. ``train.micro_batch_size``
+auto chooses the physical micro-batch to fit memory (:mod:`empriv.train.precision`); it changes
+memory use only, never the Poisson batches, the noise (drawn once per logical step) or the accounting.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ class TrainResult:
     empty_batches: int = 0
     wall_time_s: float = 0.0
     batches: list[list[int]] = field(default_factory=list)  # the Poisson batches' record indices, step by step
+    micro_batch_size: int = 0  # the physical micro-batch used (train.micro_batch_size, or what auto chose)
+    precision: str = "fp32"  # runtime.precision of the forward passes
 
 
 def make_optimizer(name: str, parameters, lr: float) -> torch.optim.Optimizer:
@@ -54,6 +61,8 @@ def dp_finetune(
     device: torch.device,
     on_step=None,
     streams=None,
+    probe_memory: bool | None = None,
+    inspect_dp_step=None,
 ) -> TrainResult:
     """Train ``model`` in place for exactly ``run.steps`` steps; returns the loss curve.
 
@@ -61,13 +70,26 @@ def dp_finetune(
     called after every step (for logging). ``streams`` (:class:`empriv.randomness.RunStreams`,
     default: the run's training streams for ``train.method``) seeds the Poisson sampler, the DP
     noise and dropout, each from its own stream, so no two configurations share a draw.
+
+    ``params.runtime.precision`` (fp32 | bf16) sets the forward passes' precision; an unsupported
+    precision/device pair raises ``ValueError`` before any work. ``train.micro_batch_size`` auto:
+    probed with real forward + backward passes when ``probe_memory`` (default: on CUDA), else the
+    CPU estimate of :func:`empriv.train.precision.cpu_micro_batch_size`; the probe draws nothing from
+    the run's random streams and sees no training record (it runs on all-zero token ids).
+    ``inspect_dp_step(optimizer, phase)`` (diagnostics, tests) is called around every DPOptimizer step:
+    phase "before" with the micro-batch's per-sample gradients in ``p.grad_sample`` (already float32),
+    "after" once the step ran (after a step's last micro-batch ``p.grad`` holds the noised gradient).
     """
     from tqdm import tqdm
 
     from empriv.models.lm import per_sample_mean_nll
+    from empriv.train.precision import autocast, check_precision, grad_samples_to_fp32
     from empriv.train.sampling import micro_batches, poisson_batches
 
     tp = params.train
+    precision = params.runtime.precision
+    device = torch.device(device)
+    check_precision(precision, device)
     n = ids.shape[0]
     q = run.batch_size / n
     from empriv.randomness import RunStreams
@@ -78,6 +100,9 @@ def dp_finetune(
     torch.manual_seed(streams.seed_of("dropout"))  # dropout (and anything else) draws from torch's global RNG
     model.to(device).train()
     trainable = [p for p in model.parameters() if p.requires_grad]
+    if precision != "fp32" and any(p.dtype != torch.float32 for p in trainable):
+        raise ValueError(f"runtime.precision {precision!r} keeps float32 master weights, but the trainable parameters "
+                         f"are {sorted({str(p.dtype) for p in trainable})}: load the base in float32")
     optimizer = make_optimizer(tp.optimizer, trainable, run.learning_rate)
     private = noise_multiplier is not None
     if private:
@@ -100,11 +125,15 @@ def dp_finetune(
     else:
         module = model
 
-    result = TrainResult()
+    result = TrainResult(precision=precision)
+    result.micro_batch_size = resolve_micro_batch_size(
+        tp.micro_batch_size, run=run, module=module, trainable=trainable, private=private, optimizer_name=tp.optimizer,
+        seq_len=ids.shape[1], precision=precision, device=device, probe=probe_memory,
+    )
     t0 = time.time()
     batches = poisson_batches(n, q, run.steps, gen)
     for step, batch in enumerate(tqdm(batches, total=run.steps, desc=run.name, mininterval=5, disable=None)):
-        chunks = micro_batches(batch, tp.micro_batch_size)
+        chunks = micro_batches(batch, result.micro_batch_size)
         loss_sum = 0.0
         if private:
             for k, chunk in enumerate(chunks):
@@ -115,12 +144,18 @@ def dp_finetune(
                     for p in params_list:
                         p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
                 else:
-                    losses = per_sample_mean_nll(module, ids[chunk].to(device), mask[chunk].to(device))
+                    with autocast(precision, device):
+                        losses = per_sample_mean_nll(module, ids[chunk].to(device), mask[chunk].to(device))
                     losses.sum().backward()
+                    grad_samples_to_fp32(params_list)  # clip, sum and noise in float32 (no-op under fp32)
                     loss_sum += float(losses.detach().sum())
                 if not last:
                     optimizer.signal_skip_step(do_skip=True)
+                if inspect_dp_step is not None:
+                    inspect_dp_step(optimizer, "before")
                 optimizer.step()  # clips + accumulates; on the last chunk also noises, scales, steps
+                if inspect_dp_step is not None:
+                    inspect_dp_step(optimizer, "after")
                 optimizer.zero_grad(set_to_none=True)
         else:
             optimizer.zero_grad(set_to_none=True)
@@ -129,7 +164,8 @@ def dp_finetune(
             for chunk in chunks:
                 if chunk.numel() == 0:
                     continue
-                losses = per_sample_mean_nll(module, ids[chunk].to(device), mask[chunk].to(device))
+                with autocast(precision, device):
+                    losses = per_sample_mean_nll(module, ids[chunk].to(device), mask[chunk].to(device))
                 (losses.sum() / batch.numel()).backward()
                 loss_sum += float(losses.detach().sum())
             if batch.numel():
@@ -147,3 +183,71 @@ def dp_finetune(
         module._close()
     model.eval()
     return result
+
+
+def resolve_micro_batch_size(setting, *, run: RunConfig, module, trainable, private: bool, optimizer_name: str,
+                             seq_len: int, precision: str, device: torch.device, probe: bool | None = None) -> int:
+    """The physical micro-batch: ``setting`` when it is an int; for "auto" the largest power of two
+    from :func:`~empriv.train.precision.auto_start` (≤ 256) that a real forward + backward fits
+    (``probe``; default: on CUDA), else the CPU estimate (a quarter of RAM for the DP per-sample gradients)."""
+    from empriv.train.precision import auto_start, cpu_micro_batch_size, physical_memory_bytes, probe_micro_batch_size
+
+    if setting != "auto":
+        return int(setting)
+    start = auto_start(run.batch_size)
+    if probe is None:
+        probe = device.type == "cuda"
+    if not probe:
+        n_trainable = sum(p.numel() for p in trainable)
+        ram = physical_memory_bytes()
+        m = cpu_micro_batch_size(start, 4 * n_trainable if private else 0, ram // 4 if ram else None)
+        log.info("train.micro_batch_size auto: %d on %s (estimate, not probed)", m, device)
+        return m
+    try_batch = memory_probe(module, trainable, private=private, optimizer_name=optimizer_name, seq_len=seq_len,
+                             precision=precision, device=device)
+    # The probe's dropout draws must not shift the run's streams: fork the RNGs it could touch.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        return probe_micro_batch_size(try_batch, start, device=str(device))
+
+
+def memory_probe(module, trainable, *, private: bool, optimizer_name: str, seq_len: int, precision: str,
+                 device: torch.device):
+    """``try_batch(m)`` for :func:`~empriv.train.precision.probe_micro_batch_size`: what one training
+    micro-batch of m examples allocates — a forward (under the run's precision) and backward through
+    ``module`` (the GradSampleModule under DP), per-sample gradients cast to float32 — while a
+    reserve of the buffers the optimizer step adds later is held (DP: clipped sum and noised gradient;
+    Adam: two moments; 4 bytes per trainable parameter each). Inputs are all-zero token ids (memory
+    depends on shapes only, so no private record is touched); every gradient and opacus activation is
+    cleared afterwards, whether the try fit or not."""
+    from empriv.models.lm import per_sample_mean_nll
+    from empriv.train.precision import autocast, grad_samples_to_fp32
+
+    n_trainable = sum(p.numel() for p in trainable)
+    extra_buffers = (2 if private else 0) + (2 if optimizer_name == "adam" else 0)
+
+    def clear() -> None:
+        for p in trainable:
+            p.grad = None
+            if hasattr(p, "grad_sample"):
+                p.grad_sample = None
+        for sub in module.modules():
+            for attr in ("activations", "max_batch_len"):
+                if hasattr(sub, attr):
+                    delattr(sub, attr)
+
+    def try_batch(m: int) -> None:
+        try:
+            reserve = torch.empty(extra_buffers * n_trainable, dtype=torch.float32, device=device)
+            x = torch.zeros((m, seq_len), dtype=torch.long, device=device)
+            with autocast(precision, device):
+                losses = per_sample_mean_nll(module, x, torch.ones((m, seq_len), device=device))
+            losses.sum().backward()
+            if private:
+                grad_samples_to_fp32(trainable)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            del reserve, x, losses
+        finally:
+            clear()
+
+    return try_batch

@@ -123,7 +123,7 @@ def train_model(params: Params, run: RunConfig, *, canaries=None, job_type: str 
         "empty_batches": result.empty_batches,
         # What touched private data without noise: recorded, as the guarantee does not cover it.
         "unnoised_outputs": ["training loss curve (W&B and this file)"],
-        "device": str(device),
+        "device": str(device), "precision": result.precision, "micro_batch_size": result.micro_batch_size,
         "wall_time_s": time.time() - t_start,
         "train_time_s": result.wall_time_s,
         "setup_time_s": t_setup - t_start,
