@@ -143,6 +143,7 @@ def audit_run(params, run, canaries_dir=None, models_dir: str | Path = AUDIT_MOD
     from empriv.io import atomic_dir, write_json, write_jsonl
     from empriv.models.adapters import save_finetuned
     from empriv.models.base import TOKENIZER_DIR
+    from empriv.models.registry import resolve_device
     from empriv.models.tokenizer import Tokenizer
     from empriv.secrets.canaries import CANARIES_DIR, CanarySet
     from empriv.train.with_canaries import train_model
@@ -157,11 +158,14 @@ def audit_run(params, run, canaries_dir=None, models_dir: str | Path = AUDIT_MOD
     delta = ap.delta if ap.delta is not None else train_metrics["delta"]
     model.eval()
     t_score = time.time()
+    device = resolve_device(params.runtime.device)  # train_model hands the model back on the CPU
+    model.to(device)
     metrics, rows = audit_canaries(
-        model, reference_model(cs), cs, eos_id=tok.eos_id, seq_len=params.base.seq_len, delta=delta, tokenizer=tok,
+        model, reference_model(cs).to(device), cs, eos_id=tok.eos_id, seq_len=params.base.seq_len, delta=delta, tokenizer=tok,
         score=ap.score, rule=ap.rule, guesses=ap.guesses, guess_side=ap.guess_side, r_grid=ap.r_grid,
         min_k=ap.min_k, rmia_gamma=ap.rmia_gamma, rmia_alpha=ap.rmia_alpha, batch_size=ap.eval_batch_size, seed=ap.seed,
     )
+    model.to("cpu")
     # The accountant's ε at the audit's δ: the upper bound ε̂ must never exceed (else DP-SGD is broken).
     if run.private:
         from empriv.privacy.accounting import epsilon_for
@@ -172,7 +176,7 @@ def audit_run(params, run, canaries_dir=None, models_dir: str | Path = AUDIT_MOD
     metrics["audit_epsilon_upper"] = upper
     keep = ("method", "optimizer", "clip_norm", "n", "n_data", "n_canaries_included", "n_new_tokens", "delta",
             "sample_rate", "steps", "noise_multiplier", "accountant", "epsilon_prv", "epsilon_rdp", "sampler",
-            "final_loss", "empty_batches")
+            "final_loss", "empty_batches", "precision", "micro_batch_size")
     out = {
         "config": run.name,
         **run.as_dict(),
