@@ -1,0 +1,76 @@
+"""empriv.study: presets are params overlays, validated before anything is touched; cost summaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from empriv.config import ConfigError, parse_params
+from empriv.study import merge, resolve_preset, summarise_cost
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_merge_replaces_values_and_lists_and_merges_mappings():
+    base = {"a": {"x": 1, "y": [1, 2], "z": {"k": 1, "l": 2}}, "b": 3}
+    overlay = {"a": {"y": [9], "z": {"l": 5}}, "c": 4}
+    assert merge(base, overlay) == {"a": {"x": 1, "y": [9], "z": {"k": 1, "l": 5}}, "b": 3, "c": 4}
+    assert base["a"]["y"] == [1, 2]  # the inputs are not modified
+
+
+@pytest.mark.parametrize("name", ["enron-smollm2", "tofu-smollm2"])
+def test_the_shipped_presets_are_valid_overlays_of_params_yaml(name):
+    raw = resolve_preset(name, ROOT)
+    params = parse_params(raw)
+    assert params.base.name == "smollm2-135m" and params.train.method == "lora"
+    assert Path(params.data.path).is_absolute()
+    assert Path(params.data.path).resolve() == (ROOT / ".." / "shared" / "data").resolve() / Path(params.data.path).parent.name / Path(params.data.path).name
+    # The research's cube axes: a finite ε and ∞, two values each of b, T and η, two seeds.
+    c = params.cube
+    assert any(e == float("inf") for e in c.epsilon) and any(e != float("inf") for e in c.epsilon)
+    assert min(len(c.batch_size), len(c.steps), len(c.learning_rate), len(c.seed)) >= 2
+    # Keys the preset does not set come from params.yaml (e.g. the analysis settings).
+    assert params.analyze.retention_fraction == parse_params(resolve_preset(name, ROOT)).analyze.retention_fraction
+
+
+def test_a_preset_that_does_not_exist_names_the_known_ones(tmp_path):
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "mine.yaml").write_text("cube: {seed: [0]}\n")
+    with pytest.raises(ConfigError, match=r"preset 'nope' does not exist .*known presets: mine"):
+        resolve_preset("nope", tmp_path)
+
+
+def test_a_bad_preset_fails_validation_before_any_worktree_exists(tmp_path):
+    from empriv.study import run_study
+
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    (tmp_path / "presets" / "bad.yaml").write_text("cube:\n  epsilon: [-1]\n")
+    with pytest.raises(ConfigError, match=r"cube.epsilon: \[0\] must be > 0.*got -1"):
+        run_study("bad", tmp_path)
+    assert not (tmp_path / ".studies").exists() and not (tmp_path / "results").exists()
+
+
+def test_data_path_override_is_resolved_against_the_project_root(tmp_path):
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "emails.csv").write_text('"file","message"\n')
+    (tmp_path / "presets" / "p.yaml").write_text("data:\n  source: enron\n  path: corpus/emails.csv\n")
+    raw = resolve_preset("p", tmp_path)
+    assert raw["data"]["path"] == str((corpus / "emails.csv").resolve())
+    other = tmp_path / "other.csv"
+    other.write_text("x")
+    assert resolve_preset("p", tmp_path, data_path=str(other))["data"]["path"] == str(other)
+
+
+def test_summarise_cost_groups_matrix_stages():
+    records = [{"stage": "base", "wall_s": 40.0, "cpu_s": 39.0, "peak_rss_mb": 1500.0},
+               {"stage": "train@a", "wall_s": 20.0, "cpu_s": 30.0, "peak_rss_mb": 2700.0},
+               {"stage": "train@b", "wall_s": 50.0, "cpu_s": 80.0, "peak_rss_mb": 2900.0}]
+    rows = {r["stage"]: r for r in summarise_cost(records)}
+    assert rows["train"] == {"stage": "train", "processes": 2, "wall_s_total": 70.0, "wall_s_max": 50.0,
+                             "cpu_s_total": 110.0, "peak_rss_mb_max": 2900.0}
+    assert rows["base"]["processes"] == 1
