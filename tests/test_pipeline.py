@@ -65,18 +65,16 @@ def _ran_stages(proc: subprocess.CompletedProcess) -> list[str]:
     return re.findall(r"Running stage '([^']+)'", proc.stdout + proc.stderr)
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> tuple[Path, dict, subprocess.CompletedProcess]:
-    """A fresh copy of the tracked files, committed, with tiny params; `dvc repro` run once."""
-    tmp = tmp_path_factory.mktemp("pipeline")
+def make_repo(tmp: Path, overrides: dict) -> tuple[Path, dict, subprocess.CompletedProcess]:
+    """A fresh copy of the tracked files in ``tmp/repo``, committed, with ``overrides``; `dvc repro` run once."""
     work = tmp / "repo"
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for rel in filter(None, files.split("\0")):
         src = ROOT / rel
-        if src.is_file() and not rel.startswith(("metrics/", "plots/", "dvc.lock")):
+        if src.is_file() and not rel.startswith(("metrics/", "plots/", "dvc.lock", "results/")):
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, work / rel)
-    write_params(work, TINY)
+    write_params(work, overrides)
     env = _env(tmp)
     git = ["git", "-c", "user.name=empriv-test", "-c", "user.email=test@example.invalid"]
     _run(["git", "init", "-q"], work, env)
@@ -84,6 +82,12 @@ def repo(tmp_path_factory) -> tuple[Path, dict, subprocess.CompletedProcess]:
     _run(git + ["commit", "-qm", "fixture"], work, env)
     proc = _run(["dvc", "repro"], work, env)
     return work, env, proc
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> tuple[Path, dict, subprocess.CompletedProcess]:
+    """The tiny default (tiny-gpt2, its BPE), `dvc repro` run once."""
+    return make_repo(tmp_path_factory.mktemp("pipeline"), TINY)
 
 
 def _names(seeds=(0, 1)) -> list[str]:
@@ -371,3 +375,52 @@ def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_t
     saved = load_model(tmp_path / "models" / run.name)  # merged into a whole model, extended vocabulary
     n_new = json.loads((work / "data/canaries/meta.json").read_text())["n_new_tokens"]
     assert saved.get_input_embeddings().weight.shape[0] == 512 + n_new
+
+
+def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_path, monkeypatch):
+    """base.name = a local model directory with the real GPT-2 BPE (not the pipeline's BPE): no tokenizer
+    is trained and no pre-training runs; secrets, training (DP-LoRA), scoring and the audit count its
+    tokens; every model directory loads with the Auto classes from another working directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from empriv.models.tokenizer import load_gpt2
+    from tiny_models import tiny_gpt2
+
+    gpt2 = load_gpt2()
+    base_dir = tmp_path / "my-base"
+    tiny_gpt2(vocab_size=gpt2.vocab_size, n_embd=16, n_head=2, n_layer=1, n_positions=64).save_pretrained(str(base_dir))
+    gpt2.save(base_dir)
+    overrides = {**TINY, "tokenizer": {"kind": "auto"}, "base": {**TINY["base"], "name": str(base_dir)},
+                 "train": {"method": "lora", "micro_batch_size": 16},
+                 "cube": {"epsilon": [8], "batch_size": [32], "steps": [2], "learning_rate": [0.01], "seed": [0]},
+                 "audit": {**TINY["audit"], "cube": {"epsilon": [8], "batch_size": [32], "steps": [2],
+                                                     "learning_rate": [0.05], "seed": [0]}}}
+    work, _, proc = make_repo(tmp_path, overrides)
+    assert "pre-train base" not in proc.stderr
+    base = json.loads((work / "metrics/base.json").read_text())
+    assert base["pretrained"] is True and base["pretrain_steps"] == 0 and base["pretrain_final_loss"] is None
+    assert math.isfinite(base["test_nll"])
+    meta = json.loads((work / "models/tokenizer/meta.json").read_text())
+    assert meta["kind"] == "pretrained" and meta["vocab_size"] == gpt2.vocab_size and meta["eos_id"] == 50256
+    for secret in _secrets(work):
+        assert secret["token_length"] == len(gpt2.encode(secret["text"]))
+    run = "eps8-b32-T2-lr0.01-s0"
+    train = json.loads((work / f"metrics/train/{run}.json").read_text())
+    assert train["method"] == "lora" and train["random_streams"]["key"].startswith("purpose=train|method=lora|")
+    score = json.loads((work / f"metrics/score/{run}.json").read_text())
+    assert math.isfinite(score["test_nll"]) and score["n_secrets"] == len(_secrets(work))
+    audit = "eps8-b32-T2-lr0.05-s0"
+    assert json.loads((work / f"metrics/audit/{audit}.json").read_text())["audit_n_canaries"] == 120
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for d in (work / "models/base", work / "models/runs" / run, work / "models/audit" / audit):
+        tok = AutoTokenizer.from_pretrained(str(d))
+        assert len(tok) == gpt2.vocab_size and tok.eos_token_id == 50256
+        assert tok("Hello world", add_special_tokens=False).input_ids == [15496, 995]
+    from peft import AutoPeftModelForCausalLM
+
+    lora = AutoPeftModelForCausalLM.from_pretrained(str(work / "models/runs" / run))
+    assert any("lora_A" in n for n, _ in lora.named_parameters())
+    assert AutoModelForCausalLM.from_pretrained(str(work / "models/base")).config.vocab_size == gpt2.vocab_size
+    assert AutoModelForCausalLM.from_pretrained(str(work / "models/audit" / audit)).config.vocab_size > gpt2.vocab_size  # + new-token canaries

@@ -13,6 +13,8 @@ file is the study's ``params.yaml`` — what ``dvc repro`` reads and ``dvc.lock`
    are cached once and the real base's weights are built once;
 3. runs ``dvc repro`` there, recording every stage process's wall time, CPU time and peak memory
    (``$EMPRIV_TIMING_LOG``, written by :func:`empriv.stage.record_cost`);
+   A study stopped part-way and run again resumes: DVC skips the stages that finished, and the
+   cost records of the earlier attempt are kept;
 4. copies the study's metrics, analysis plots, report, params and ``dvc.lock`` into
    ``results/<name>/`` with ``cost.csv`` (per stage) and ``study.json`` (commit, totals).
 
@@ -115,11 +117,12 @@ def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int 
     (work / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {root / '.dvc' / 'cache'}\n")
     out = root / RESULTS_DIR / name
     out.mkdir(parents=True, exist_ok=True)
-    timing = out / "cost.jsonl"
-    timing.unlink(missing_ok=True)
+    timing = out / "cost.jsonl"  # appended to: a study stopped and run again resumes (DVC skips finished stages)
+    if not (work / "dvc.lock").exists():
+        timing.unlink(missing_ok=True)
     env = {**os.environ, "EMPRIV_TIMING_LOG": str(timing), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     started = time.time()
-    with open(out / "dvc_repro.log", "w", encoding="utf-8") as log:
+    with open(out / "dvc_repro.log", "a", encoding="utf-8") as log:
         proc = subprocess.run(["dvc", "repro", *(["--jobs", str(jobs)] if jobs > 1 else [])], cwd=work, env=env,
                               stdout=log, stderr=subprocess.STDOUT, text=True)
     wall = time.time() - started
