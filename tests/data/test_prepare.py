@@ -63,3 +63,21 @@ def test_splits_errors(tmp_path):
         split_path("dev", tmp_path)
     with pytest.raises(ConfigError, match="run the prepare stage first"):
         load_texts("train", tmp_path)
+
+
+def test_public_split_is_general_english_for_enron_sources(tmp_path):
+    """synthetic-enron's public split is the general-English generator, not the e-mails of training;
+    real Enron runs get the same generator (another seed)."""
+    from empriv.data.prepare import _synthetic_enron_public
+    from empriv.data.synthetic import generate_public, secret_values
+
+    out = tmp_path / "prepared"
+    prepare(_params(), out, tmp_path / "m.json")
+    public = load_texts("public", out)
+    secrets = [s["text"] for s in read_jsonl(out / PLANTED_SECRETS)]
+    assert public == [e.text for e in generate_public(30, 0, secret_values(secrets))]
+    assert not any("enron" in t.lower() for t in public)
+    rows = _synthetic_enron_public(_params())
+    assert [r["id"] for r in rows] == [f"public-{i:06d}" for i in range(30)]
+    assert [r["text"] for r in rows] == [e.text for e in generate_public(30, 1)]
+    assert not any("enron" in r["text"].lower() for r in rows)

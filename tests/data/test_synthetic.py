@@ -10,10 +10,19 @@ import pytest
 
 from empriv.data.synthetic import (
     DEFAULT_SECRET_FREQUENCIES,
+    FIRST_NAMES,
+    LAST_NAMES,
     PII_GENERATORS,
+    PUBLIC_FIRST_NAMES,
+    PUBLIC_GENRES,
+    PUBLIC_LAST_NAMES,
     SECRET_KINDS,
+    SENTENCES,
+    SUBJECTS,
     generate_corpus,
+    generate_public,
     render_email,
+    secret_values,
 )
 
 
@@ -72,9 +81,80 @@ def test_no_secret_in_validation_test_public(corpus):
 
 def test_non_secret_emails_carry_random_pii_of_the_same_formats(corpus):
     """A secret stands out only by repetition: the same formats appear with other values."""
-    other_phones = [e for e in corpus.public if re.search(r"\(phone\) 713-\d{3}-\d{4} \(fax\)", e.text)]
-    forwarded = [e for e in corpus.public if "Forwarded by" in e.text]
-    assert len(other_phones) > 100 and len(forwarded) > 100
+    plain = [e for e in corpus.train if not e.secret_ids]
+    other_phones = [e for e in plain if re.search(r"\(phone\) 713-\d{3}-\d{4} \(fax\)", e.text)]
+    forwarded = [e for e in plain if "Forwarded by" in e.text]
+    assert len(other_phones) > 50 and len(forwarded) > 50
+
+
+# ----------------------------------------------------------------------------- the public split
+def test_public_is_deterministic_and_independent_of_the_other_splits():
+    a = generate_public(400, seed=3)
+    assert a == generate_public(400, seed=3)
+    assert [e.id for e in a] == [f"public-{i:06d}" for i in range(400)]
+    b = generate_public(400, seed=4)
+    assert sum(x.text != y.text for x, y in zip(a, b)) > 0.9 * len(a)
+    assert generate_public(100, seed=3) == a[:100]  # a prefix: n only says how many
+    # the corpus' public split depends on (n_public, seed) only, not on the other sizes or the secrets
+    c1 = generate_corpus(300, 20, 30, 50, seed=3, secret_frequencies=(0.05,))
+    c2 = generate_corpus(500, 10, 10, 50, seed=3, secret_frequencies=(0.05, 0.01))
+    assert [e.text for e in c1.public] == [e.text for e in c2.public] == [e.text for e in a[:50]]
+    with pytest.raises(ValueError, match="n_public must be >= 1, got 0"):
+        generate_public(0, seed=0)
+
+
+def test_public_is_fast():
+    import time
+
+    t0 = time.perf_counter()
+    generate_public(6000, seed=0)
+    assert time.perf_counter() - t0 < 2.0
+
+
+def test_public_has_no_secret_value_in_any_format(corpus):
+    values = secret_values(corpus.secrets)
+    # every secret, its phone numbers, addresses, rooms and "First Last" names
+    assert all(s.text in values for s in corpus.secrets)
+    assert any(re.fullmatch(r"713-\d{3}-\d{4}", v) for v in values) and any("@" in v for v in values)
+    assert any(re.fullmatch(r"EB \d{4}", v) for v in values)
+    assert any(re.fullmatch(r"[A-Z][a-z]+ [A-Z][a-z]+", v) for v in values)
+    text = "\n".join(e.text for e in corpus.public)
+    for v in values:
+        assert v not in text, v
+    # nor the e-mail generator's PII formats with any value
+    for pattern in (r"713-\d{3}-\d{4}", r"\(phone\)|\(fax\)", r"Forwarded by", r"EB \d{4}", r"/(HOU|NA|SFO|LON|CAL|PDX)/",
+                    r"@(ect\.|ees\.)?enron\.com", r"(?i)enron"):
+        assert not re.search(pattern, text), pattern
+    # a forbidden string makes the generator draw again
+    banned = generate_public(1, seed=0)[0].text.split("\n")[0]
+    assert all(banned not in e.text for e in generate_public(50, seed=0, forbidden=(banned,)))
+
+
+def test_public_names_are_disjoint_from_the_emails():
+    assert not set(PUBLIC_FIRST_NAMES) & (set(FIRST_NAMES) | set(LAST_NAMES))
+    assert not set(PUBLIC_LAST_NAMES) & (set(FIRST_NAMES) | set(LAST_NAMES))
+
+
+def test_public_comes_from_another_distribution(corpus):
+    """Other genres and topics than the fine-tuning e-mails: no Enron subject, sentence, name pair or
+    domain, far fewer header lines; still English text, with e-mails of other kinds among it."""
+    train, public = [e.text for e in corpus.train], [e.text for e in corpus.public]
+
+    def share(texts, pred):
+        return sum(map(pred, texts)) / len(texts)
+
+    assert share(train, lambda t: any(x in t for x in SUBJECTS + SENTENCES)) == 1.0
+    assert share(public, lambda t: any(x in t for x in SUBJECTS + SENTENCES)) == 0.0
+    subject_line = lambda t: re.search(r"^Subject: ", t, re.M) is not None  # noqa: E731
+    assert share(train, subject_line) == 1.0
+    assert 0.2 < share(public, subject_line) < 0.5  # e-mails of other industries and of everyday life
+    assert share(train, lambda t: "enron" in t.lower()) > 0.7
+    # English: the most frequent words of the public split are English function words
+    words = Counter(w for t in public for w in re.findall(r"[a-z]+", t.lower()))
+    assert {"the", "to", "a", "and", "of", "for", "on", "you", "is"} <= {w for w, _ in words.most_common(30)}
+    assert len(words) > 2000  # made-up names and places give the tokenizer many rare pieces
+    assert len(PUBLIC_GENRES) >= 10 and abs(sum(w for _, w in PUBLIC_GENRES.values()) - 1.0) < 1e-9
+    assert 0.8 < sum(len(t) for t in public) / sum(len(t) for t in train) * len(train) / len(public) < 2.5
 
 
 @pytest.mark.parametrize(

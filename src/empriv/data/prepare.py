@@ -13,8 +13,11 @@ Every source writes the same files to ``data/prepared/``: ``train``, ``validatio
 
 ``data.n_train`` training samples are used (an error names how many exist if there are fewer), and
 at most ``n_validation`` / ``n_test``. The *public* split, used only to pre-train the tiny base and
-the tokenizer, is always generated, secret-free text of the same family (synthetic Enron e-mails, or
-synthetic authors disjoint from the data's): a real base model (GPU workstations) would not need it.
+the tokenizer, is always generated and secret-free. For the e-mail sources it is general English of
+*other* genres (news, forum threads, recipes, chat, reviews, everyday and other-industry e-mails:
+:func:`empriv.data.synthetic.generate_public`), so that fine-tuning on the Enron-like or real Enron
+training split has something to learn; for TOFU, synthetic authors disjoint from the data's. A real
+base model (GPU workstations) would not need it.
 """
 
 from __future__ import annotations
@@ -56,11 +59,12 @@ def _synthetic_enron(params: Params) -> tuple[dict, list[dict], dict]:
 
 
 def _synthetic_enron_public(params: Params) -> list[dict]:
-    from empriv.data.synthetic import generate_corpus
+    """The public split of real Enron runs: the built-in general-English public texts (no e-mail
+    of the fine-tuning family; see :func:`empriv.data.synthetic.generate_public`)."""
+    from empriv.data.synthetic import generate_public
 
     d = params.data
-    # One training email and no secret: only the public split of the generator is used.
-    return [e.to_row() for e in generate_corpus(1, 1, 1, d.n_public, d.seed + 1, (0.5,)).public]
+    return [e.to_row() for e in generate_public(d.n_public, d.seed + 1)]
 
 
 def _enron(params: Params) -> tuple[dict, list[dict], dict]:
