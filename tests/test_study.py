@@ -74,3 +74,12 @@ def test_summarise_cost_groups_matrix_stages():
     assert rows["train"] == {"stage": "train", "processes": 2, "wall_s_total": 70.0, "wall_s_max": 50.0,
                              "cpu_s_total": 110.0, "peak_rss_mb_max": 2900.0}
     assert rows["base"]["processes"] == 1
+
+
+def test_cube_files_name_the_study_runs_only():
+    from empriv.study import cube_files
+
+    files = cube_files(parse_params(resolve_preset("enron-smollm2", ROOT)))
+    assert len(files) == 2 * 32 + 2  # train + score per run, one audit per audit-cube point
+    assert "metrics/score/eps8-b16-T16-lr0.01-s1.json" in files and "metrics/audit/epsinf-b16-T16-lr0.01-s0.json" in files
+    assert "metrics/score/eps2-b64-T16-lr0.005-s0.json" not in files  # the default cube's

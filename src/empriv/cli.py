@@ -57,6 +57,18 @@ def _study(args) -> int:
     return 0
 
 
+def _study_collect(args) -> int:
+    from empriv.config import ConfigError
+    from empriv.study import collect
+
+    try:
+        print(json.dumps(collect(args.preset, Path(args.root)), indent=2))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="empriv", description="empirical privacy of DP fine-tuning")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -75,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--root", default=".", help="project root (default: the current directory)")
     sr.add_argument("--jobs", type=int, default=1, help="dvc repro --jobs (keep 1 on a 2-core machine)")
     sr.set_defaults(func=_study)
+    sc = st_sub.add_parser("collect", help="copy a study's results from its worktree again (no run)")
+    sc.add_argument("preset")
+    sc.add_argument("--root", default=".")
+    sc.set_defaults(func=_study_collect)
     from empriv.privacy.cli import add_privacy_parser, run as run_privacy
 
     add_privacy_parser(sub).set_defaults(func=run_privacy)

@@ -151,6 +151,8 @@ class SecretsParams(_Section):
     acr_min_finetuned: float = Field(1.5, ge=0)
     acr_max_base: float = Field(0.5, ge=0)
     min_continuation_chars: int = Field(4, ge=1)
+    # mined secrets (real Enron): keep those with at least this fraction of their occurrences inside base.seq_len
+    min_in_window_fraction: float = Field(0.5, ge=0, le=1)
     overrides: str | None = None
 
     @field_validator("overrides")

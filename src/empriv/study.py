@@ -88,6 +88,14 @@ def _write_params(raw: dict, path: Path) -> None:
         yaml.dump(raw, fh)
 
 
+def cube_files(params) -> set[str]:
+    """The per-run metrics files of the study's cube and audit cube (``metrics/{train,score,audit}/<name>.json``)."""
+    names = {r.name for r in params.runs()}
+    audits = {r.name for r in params.audit_runs()}
+    return ({f"metrics/{kind}/{n}.json" for kind in ("train", "score") for n in names}
+            | {f"metrics/audit/{n}.json" for n in audits})
+
+
 def summarise_cost(records: list[dict]) -> list[dict]:
     """Per stage kind (``train@…`` runs grouped as ``train``): count, total and max wall time, max peak memory."""
     groups: dict[str, dict] = {}
@@ -126,12 +134,38 @@ def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int 
         proc = subprocess.run(["dvc", "repro", *(["--jobs", str(jobs)] if jobs > 1 else [])], cwd=work, env=env,
                               stdout=log, stderr=subprocess.STDOUT, text=True)
     wall = time.time() - started
+    study = collect(name, root, raw=raw, commit=commit, exit_code=proc.returncode, wall_time_s=wall)
+    if proc.returncode != 0:
+        raise RuntimeError(f"study {name!r}: dvc repro failed with exit code {proc.returncode}; see {out / 'dvc_repro.log'}")
+    return study
+
+
+def collect(name: str, root: Path, *, raw: dict | None = None, commit: str | None = None, exit_code: int | None = None,
+            wall_time_s: float | None = None) -> dict:
+    """Copy a study's results from its worktree into ``results/<name>/`` and write ``cost.csv`` and
+    ``study.json`` (``empriv study collect``: again, without running anything). Values not given are
+    kept from an earlier ``study.json``."""
+    root = root.resolve()
+    work, out = root / STUDIES_DIR / name, root / RESULTS_DIR / name
+    if not (work / "params.yaml").exists():
+        raise ConfigError(f"study {name!r} has no worktree at {work}: run `empriv study run {name}` first")
+    raw = raw if raw is not None else read_yaml(work / "params.yaml")
+    out.mkdir(parents=True, exist_ok=True)
+    earlier = json.loads((out / "study.json").read_text()) if (out / "study.json").exists() else {}
+    timing = out / "cost.jsonl"
     records = [json.loads(line) for line in timing.read_text().splitlines()] if timing.exists() else []
+    ours = cube_files(parse_params(raw))
+
+    def stale(directory: str, names: list[str]) -> list[str]:
+        """Per-run metrics of other cubes (the worktree also holds the files committed for the default run)."""
+        rel = Path(directory).relative_to(work).as_posix()
+        return [n for n in names if rel in ("metrics/train", "metrics/score", "metrics/audit") and f"{rel}/{n}" not in ours]
+
     for item in COPIED:
         src, dst = work / item, out / item
         if src.is_dir():
             shutil.rmtree(dst, ignore_errors=True)
-            shutil.copytree(src, dst)
+            shutil.copytree(src, dst, ignore=stale)
         elif src.exists():
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
@@ -141,10 +175,12 @@ def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int 
             writer = csv.DictWriter(fh, fieldnames=list(cost[0]))
             writer.writeheader()
             writer.writerows(cost)
-    study = {"preset": name, "commit": commit, "dvc_repro_exit_code": proc.returncode, "wall_time_s": round(wall, 1),
-             "stage_processes": len(records), "cost": cost,
+    study = {"preset": name,
+             "commit": commit or earlier.get("commit"),
+             "dvc_repro_exit_code": exit_code if exit_code is not None else earlier.get("dvc_repro_exit_code"),
+             "wall_time_s": round(wall_time_s, 1) if wall_time_s is not None else earlier.get("wall_time_s"),
+             "stage_processes": len(records), "stage_wall_s_total": round(sum(r["wall_s"] for r in records), 1),
+             "stage_cpu_s_total": round(sum(r["cpu_s"] for r in records), 1), "cost": cost,
              "peak_rss_mb_max": max((r["peak_rss_mb"] for r in records), default=None)}
     (out / "study.json").write_text(json.dumps(study, indent=2) + "\n")
-    if proc.returncode != 0:
-        raise RuntimeError(f"study {name!r}: dvc repro failed with exit code {proc.returncode}; see {out / 'dvc_repro.log'}")
     return study

@@ -230,3 +230,27 @@ def test_real_sample_mining_finds_forwarded_by_and_contact_blocks(real_train, gp
     assert all(string_count(c.text) >= c.occurrences for c in blocks)
     # a "/HOU/ECT@ECT" address list
     assert any(c.text.count("/HOU/ECT@ECT") >= 1 for c in cands)
+
+
+def test_mined_secrets_beyond_the_training_window_are_dropped(public_bpe):
+    """A mined string that only ever occurs past base.seq_len is never trained on: it is not a secret to measure."""
+    from empriv.config import ConfigError, parse_params
+    from empriv.secrets.stage import _enron_secrets
+
+    early = "Call Gerald Nemec at 713-853-3512 about the storage swap."
+    late = "Forwarded by Kay Mann/Corp/Enron on 05/04/2001 10:12 AM."
+    filler = " ".join(["Please review the attached draft and let me know."] * 12)
+    texts = [f"{early} Note {i}. {filler} {late}" for i in range(8)] + [f"Unrelated note number {i}." for i in range(8)]
+    params = parse_params({"cube": {"epsilon": [8], "batch_size": [4], "steps": [1], "learning_rate": [0.1], "seed": [0]},
+                           "data": {"n_train": 16}, "base": {"seq_len": 48},
+                           "secrets": {"ngram": 6, "top_k": 50, "min_count": 2}})
+    records, info = _enron_secrets(params, texts, public_bpe)
+    kept = " ".join(r["text"] for r in records)
+    assert "3512" in kept and "Kay Mann" not in kept
+    assert info["outside_window"] >= 1 and info["min_in_window_fraction"] == 0.5
+    assert all(r["in_window_fraction"] >= 0.5 for r in records)
+    everything = parse_params({**params.model_dump(), "secrets": {**params.secrets.model_dump(), "min_in_window_fraction": 0.0}})
+    assert any("Kay Mann" in r["text"] for r in _enron_secrets(everything, texts, public_bpe)[0])
+    only_late = [" ".join(f"q{i}z{j}" for j in range(40)) + f" {late} {i}" for i in range(8)]  # unique filler
+    with pytest.raises(ConfigError, match=r"none of the \d+ mined secrets has >= secrets.min_in_window_fraction = 0.5 .*48-token window"):
+        _enron_secrets(params, only_late, public_bpe)

@@ -73,12 +73,19 @@ def _enron_secrets(params: Params, train_texts: list[str], tok) -> tuple[list[di
         [{"id": c.id, "kind": "mined", "text": c.text} for c in fitting], train_texts, tok, params.base.seq_len,
         sp.split_rule, sp.min_continuation_chars, _overrides(params),
     )
+    # A secret whose occurrences sit beyond the training window is never trained on: nothing to measure.
+    seen = [r for r in records if (r["in_window_fraction"] or 0.0) >= sp.min_in_window_fraction]
+    if records and not seen:
+        raise ConfigError(f"none of the {len(records)} mined secrets has >= secrets.min_in_window_fraction = "
+                          f"{sp.min_in_window_fraction} of its occurrences inside the {params.base.seq_len}-token window "
+                          "(raise base.seq_len, or lower secrets.min_in_window_fraction)")
     info = {"mined": len(candidates), "longer_than_window": len(candidates) - len(fitting),
+            "outside_window": len(records) - len(seen), "min_in_window_fraction": sp.min_in_window_fraction,
             "filters": [{"name": "verbatim by non-private model", "ran": False},
                         {"name": "ACR >= 1.5 (non-private)", "ran": False},
                         {"name": "not verbatim by base", "ran": False},
                         {"name": "ACR <= 0.5 (base)", "ran": False}]}
-    return records, info
+    return seen, info
 
 
 def _overrides(params: Params):
