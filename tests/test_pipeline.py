@@ -30,7 +30,7 @@ TINY = {
               "acr": {"steps": 8, "candidates": 32, "top_k": 64, "seeds": [0], "max_secrets": 2}},
     # the audit cube: its own runs, trained with the member canaries
     "canaries": {"n_canaries": 120, "n_population": 20, "prefix_length": 8},
-    "audit": {"cube": {"epsilon": [8, "inf"], "batch_size": [32], "steps": [6], "learning_rate": [0.05], "seed": [0]},
+    "audit": {"cube": {"epsilon": [8, "inf"], "batch_size": [32], "steps": [12], "learning_rate": [0.05], "seed": [0]},
               "guesses": 20, "r_grid": [10, 20, 40]},
 }
 
@@ -280,7 +280,7 @@ def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(r
 
     before = digest()
 
-    def broken_save(model, method, directory):
+    def broken_save(model, method, directory, **saving):
         (Path(directory) / "model.safetensors").write_bytes(b"half a file")
         raise OSError("disk full (simulated)")
 
@@ -328,7 +328,7 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
     assert not any(isinstance(v, (list, dict)) for v in public.values())  # counts only, never token ids
     members = sum(bool(c["member"]) for c in canaries)
     for eps in ("8", "inf"):
-        name = f"eps{eps}-b32-T6-lr0.05-s0"
+        name = f"eps{eps}-b32-T12-lr0.05-s0"
         m = json.loads((work / "metrics/audit" / f"{name}.json").read_text())
         for key in ("audit_eps_lb_95", "audit_eps_lb_99", "audit_auc", "audit_tpr_at_fpr_0.001", "audit_tpr_at_fpr_0.01",
                     "audit_design", "audit_n_canaries", "audit_n_guesses", "audit_n_correct"):
@@ -346,8 +346,10 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
     # the main cube's runs saw no canary
     for name in _names():
         assert json.loads((work / "metrics/train" / f"{name}.json").read_text())["n"] == 400
-    inf = json.loads((work / "metrics/audit/epsinf-b32-T6-lr0.05-s0.json").read_text())
-    assert inf["audit_auc"] > 0.6  # even 6 non-private steps leave a trace on the new-token rows
+    inf = json.loads((work / "metrics/audit/epsinf-b32-T12-lr0.05-s0.json").read_text())
+    # 12 non-private steps at q = 32/(400 + ~60) include a member canary at least once with probability ~0.58,
+    # so an AUC up to ~0.79 is reachable; only trained-on canaries can be told apart (their new-token rows moved)
+    assert inf["audit_auc"] > 0.6
 
 
 def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_the_new_rows(repo, monkeypatch, tmp_path):
@@ -356,7 +358,7 @@ def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_t
     from empriv.models.registry import load_model
 
     work, env, _ = repo
-    m8 = json.loads((work / "metrics/audit/eps8-b32-T6-lr0.05-s0.json").read_text())
+    m8 = json.loads((work / "metrics/audit/eps8-b32-T12-lr0.05-s0.json").read_text())
     assert m8["audit_delta"] == 1e-5 and m8["audit_epsilon_upper"] > 8.0  # ε at δ = 1e-5 exceeds ε at δ = n^-1.1
     assert m8["audit_eps_lb_95"] <= m8["audit_epsilon_upper"]
     monkeypatch.chdir(work)
