@@ -83,3 +83,23 @@ def test_cube_files_name_the_study_runs_only():
     assert len(files) == 2 * 32 + 2  # train + score per run, one audit per audit-cube point
     assert "metrics/score/eps8-b16-T16-lr0.01-s1.json" in files and "metrics/audit/epsinf-b16-T16-lr0.01-s0.json" in files
     assert "metrics/score/eps2-b64-T16-lr0.005-s0.json" not in files  # the default cube's
+
+
+def test_study_written_files_are_the_changed_untracked_and_ignored_ones(tmp_path):
+    import subprocess
+
+    from empriv.study import study_written_files
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "metrics").mkdir()
+    for name in ("kept.json", "rewritten.json"):
+        (tmp_path / "metrics" / name).write_text("{}")
+    (tmp_path / ".gitignore").write_text("reports/\n")
+    subprocess.run(git + ["add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run(git + ["commit", "-qm", "x"], cwd=tmp_path, check=True)
+    (tmp_path / "metrics" / "rewritten.json").write_text('{"a": 1}')
+    (tmp_path / "metrics" / "new.json").write_text("{}")
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "report.html").write_text("<html>")
+    assert study_written_files(tmp_path) == {"metrics/rewritten.json", "metrics/new.json", "reports/report.html"}

@@ -88,6 +88,14 @@ def _write_params(raw: dict, path: Path) -> None:
         yaml.dump(raw, fh)
 
 
+def study_written_files(work: Path) -> set[str]:
+    """Files of the worktree that differ from its commit or are not tracked: what the study's stages wrote
+    (the committed default-run metrics it did not rewrite are left out, even for a study stopped part-way)."""
+    changed = _run(["git", "diff", "--name-only", "HEAD"], work, capture_output=True).stdout.split("\n")
+    untracked = _run(["git", "ls-files", "--others"], work, capture_output=True).stdout.split("\n")
+    return {f for f in changed + untracked if f}
+
+
 def cube_files(params) -> set[str]:
     """The per-run metrics files of the study's cube and audit cube (``metrics/{train,score,audit}/<name>.json``)."""
     names = {r.name for r in params.runs()}
@@ -154,12 +162,12 @@ def collect(name: str, root: Path, *, raw: dict | None = None, commit: str | Non
     earlier = json.loads((out / "study.json").read_text()) if (out / "study.json").exists() else {}
     timing = out / "cost.jsonl"
     records = [json.loads(line) for line in timing.read_text().splitlines()] if timing.exists() else []
-    ours = cube_files(parse_params(raw))
+    written = study_written_files(work)
 
     def stale(directory: str, names: list[str]) -> list[str]:
-        """Per-run metrics of other cubes (the worktree also holds the files committed for the default run)."""
-        rel = Path(directory).relative_to(work).as_posix()
-        return [n for n in names if rel in ("metrics/train", "metrics/score", "metrics/audit") and f"{rel}/{n}" not in ours]
+        """Files the study did not write: the worktree also holds every output committed for the default run."""
+        rel = Path(directory).relative_to(work)
+        return [n for n in names if (work / rel / n).is_file() and (rel / n).as_posix() not in written]
 
     for item in COPIED:
         src, dst = work / item, out / item
