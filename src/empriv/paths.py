@@ -1,0 +1,82 @@
+"""Every file location of the pipeline, in one place.
+
+Only the stage layer (:mod:`empriv.pipeline`) and the project-level tools (CLI, studies) import this
+module: library packages (data, secrets, privacy, train, score, audit, analysis, models) take and return
+objects, never paths or params files. Paths are relative to the project root (DVC runs every stage there).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PARAMS = Path("params.yaml")
+
+# prepare
+PREPARED_DIR = Path("data/prepared")
+SPLITS = ("train", "validation", "test", "public")
+PLANTED_SECRETS = PREPARED_DIR / "planted_secrets.jsonl"  # synthetic-enron: the secrets the generator planted
+TOFU_AUTHORS = PREPARED_DIR / "tofu_train_authors.jsonl"  # TOFU: original records of the training authors
+PARAPHRASE_CACHE = Path("data/paraphrases.json")  # TOFU variants with paraphraser: llm
+PREPARE_METRICS = Path("metrics/prepare.json")
+
+# tokenizer, base
+TOKENIZER_DIR = Path("models/tokenizer")
+BASE_DIR = Path("models/base")
+BASE_WEIGHTS = BASE_DIR / "model.safetensors"
+BASE_METRICS = Path("metrics/base.json")
+
+# secrets, filter
+SECRETS = Path("data/secrets.jsonl")
+HELDOUT_DIR = Path("data/heldout")  # validation/test without any sample that contains a secret
+SECRETS_METRICS = Path("metrics/secrets.json")
+FILTERED_SECRETS = Path("data/secrets_filtered.jsonl")
+FILTER_METRICS = Path("metrics/filter.json")
+
+# train, score
+RUNS_DIR = Path("models/runs")
+TRAIN_METRICS_DIR = Path("metrics/train")
+SCORE_METRICS_DIR = Path("metrics/score")
+
+# canaries, audit
+CANARIES_DIR = Path("data/canaries")
+CANARIES_METRICS = Path("metrics/canaries.json")
+AUDIT_RUNS_DIR = Path("models/audit")
+AUDIT_METRICS_DIR = Path("metrics/audit")
+
+# profiles, analyze
+PROFILES_DIR = Path("plots/profiles")
+METRICS_DIR = Path("metrics")
+RUNS_TABLE = Path("metrics/runs.csv")
+SUMMARY = Path("metrics/summary.json")
+ANALYSIS = Path("metrics/analysis.json")
+ANALYSIS_PLOTS_DIR = Path("plots/analysis")
+REPORT = Path("reports/report.html")
+
+# project state that is not a DVC output
+CALIBRATION_CACHE = Path(".empriv/calibration.json")  # σ calibrations, verified on every hit
+
+
+def split_path(split: str, root: Path = PREPARED_DIR) -> Path:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return Path(root) / f"{split}.jsonl"
+
+
+def run_dir(name: str) -> Path:
+    return RUNS_DIR / name
+
+
+def train_metrics(name: str) -> Path:
+    return TRAIN_METRICS_DIR / f"{name}.json"
+
+
+def score_metrics(name: str) -> Path:
+    return SCORE_METRICS_DIR / f"{name}.json"
+
+
+def audit_run_dir(name: str) -> Path:
+    return AUDIT_RUNS_DIR / name
+
+
+def audit_metrics(name: str) -> Path:
+    return AUDIT_METRICS_DIR / f"{name}.json"

@@ -1,0 +1,6 @@
+"""The stage layer: one module per ``dvc.yaml`` stage (``python -m empriv.pipeline.<stage>``).
+
+These modules are the only code that knows where files live (from :mod:`empriv.paths`) and that reads
+``params.yaml``; they load inputs, call the library (which takes and returns objects) and write outputs
+atomically. Imports point one way: pipeline → library, never back.
+"""
