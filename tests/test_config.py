@@ -88,12 +88,12 @@ INVALID = [
     pytest.param(with_("data.secret_frequencies", [0.5, 0.6]), "data.secret_frequencies", "must sum to < 1", id="freq-sum"),
     pytest.param(with_("runtime.precision", "fp16"), "runtime.precision", "'fp16'", id="bad-precision"),
     pytest.param(with_("runtime.precision", "bfloat16"), "runtime.precision", "'bf16'", id="precision-says-allowed"),
-    pytest.param(with_("train.micro_batch_size", 0), "train.micro_batch_size", "or 'auto' (got 0)", id="micro-batch-zero"),
-    pytest.param(with_("train.micro_batch_size", -8), "train.micro_batch_size", "(got -8)", id="micro-batch-negative"),
-    pytest.param(with_("train.micro_batch_size", "max"), "train.micro_batch_size", "(got 'max')", id="micro-batch-bad-word"),
-    pytest.param(with_("train.micro_batch_size", "64"), "train.micro_batch_size", "(got '64')", id="micro-batch-quoted-int"),
-    pytest.param(with_("train.micro_batch_size", 2.5), "train.micro_batch_size", "(got 2.5)", id="micro-batch-float"),
-    pytest.param(with_("train.micro_batch_size", True), "train.micro_batch_size", "(got True)", id="micro-batch-bool"),
+    pytest.param(with_("train.micro_batch_size", 0), "train.micro_batch_size", "(got 0; allowed: an integer >= 1, or 'auto')", id="micro-batch-zero"),
+    pytest.param(with_("train.micro_batch_size", -8), "train.micro_batch_size", "(got -8;", id="micro-batch-negative"),
+    pytest.param(with_("train.micro_batch_size", "max"), "train.micro_batch_size", "(got 'max';", id="micro-batch-bad-word"),
+    pytest.param(with_("train.micro_batch_size", "64"), "train.micro_batch_size", "(got '64';", id="micro-batch-quoted-int"),
+    pytest.param(with_("train.micro_batch_size", 2.5), "train.micro_batch_size", "(got 2.5;", id="micro-batch-float"),
+    pytest.param(with_("train.micro_batch_size", True), "train.micro_batch_size", "(got True;", id="micro-batch-bool"),
 ]
 
 
@@ -117,7 +117,7 @@ def test_precision_and_micro_batch_size_defaults_and_accepted_values():
 
 
 def test_n_embd_message_names_both_values():
-    with pytest.raises(ConfigError, match=r"base\.n_embd \(30\) must be divisible by base\.n_head \(4\)"):
+    with pytest.raises(ConfigError, match=r"^base\.n_embd: must be divisible by base\.n_head = 4 \(got 30; allowed: a multiple of 4\)$"):
         parse_params(with_("base.n_embd", 30, with_("base.n_head", 4)))
 
 
@@ -215,7 +215,7 @@ def test_run_names_match_dvc_for_yaml_ints_and_decimals():
 
 def test_run_names_match_dvc_for_integral_yaml_floats():
     dvc, ours = _dvc_names(
-        "cube:\n  epsilon: [2.0, 1e3]\n  batch_size: [64]\n  steps: [16]\n  learning_rate: [1.0]\n  seed: [0]\n"
+        "cube:\n  epsilon: [2.0, 1e2]\n  batch_size: [64]\n  steps: [16]\n  learning_rate: [1.0]\n  seed: [0]\n"
     )
     assert ours == dvc
 

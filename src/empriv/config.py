@@ -1,33 +1,160 @@
 """Typed, validated view of ``params.yaml`` — the one place every stage loads its parameters from.
 
-A bad value fails here, before any work starts, with a :class:`ConfigError` (a ``ValueError``)
-naming the field, the value and what is allowed. ``params.yaml`` is read with ruamel.yaml, the
-YAML 1.2 parser DVC itself uses, so ``1e-2`` means the same number to DVC and to empriv.
+A bad value fails here, before any work starts, with a :class:`ConfigError` (a ``ValueError``) whose
+message has one self-contained line per problem: ``<key>: <what is wrong> (got <value>; allowed: …)``.
+Validation is strict: an integer field rejects ``64.0`` and ``true``, a float field accepts an integer,
+numbers must be finite (ε may be ``inf``: non-private), unknown keys are rejected at every level with a
+"did you mean" suggestion, and files the params name must exist. ``params.yaml`` is read with
+ruamel.yaml, the YAML 1.2 parser DVC itself uses, so ``1e-2`` means the same number to DVC and to empriv.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
+import types
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (AllowInfNan, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
+
+from empriv.data.variant_names import VARIANTS  # a constant-only module: config stays below every library package
 
 KNOWN_BASES = ("tiny-gpt2", "smollm2-135m")
 DATA_SOURCES = ("synthetic-enron", "enron", "synthetic-tofu", "tofu")
 REAL_SOURCES = ("enron", "tofu")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
+EPSILON_MAX = 100
+"""The largest finite ε a params file may ask for (cube.epsilon, audit.cube.epsilon, score.acr.epsilons).
+
+Beyond it the calibrated noise multiplier σ tends to 0 and the accountants lose precision (PRV overflows near
+ε ≈ 700 and reports nonsense; ε = 1e9 made it try to allocate 24 GB): a run that should not be private is
+written ``inf`` (no noise, no clipping guarantee claimed)."""
+
+INF_SPELLINGS = ("inf", "+inf", ".inf", "infinity", "+infinity")  # any case; YAML's .inf is already a float
+EPSILON_ALLOWED = f"a number > 0 and <= EPSILON_MAX = {EPSILON_MAX}, or inf for non-private"
+
+AIR_TEMPLATE = "What genre does {x} write in?"
+"""The research's attribute question P(x) of AIR ({x}: the author's name): the default of ``score.air_template``."""
+
+# Score columns of the run table (empriv.analysis.table builds it from every top-level numeric scalar of
+# metrics/score/<config>.json, which empriv.score.run writes from empriv.score.memorization.aggregate);
+# tests/test_validate.py checks these names against what that code produces.
+PRIVACY_SCORES = ("acr_success_rate", "acr_mean", "acr_max", "acr_bound_max", "air_mean", "air_max",
+                  "exposure_gap_mean", "exposure_gap_worst", "exposure_gap_vs_base_mean", "exposure_gap_vs_base_worst",
+                  "vmr_mean", "vmr_worst", "vmr_max", "vmr_greedy_mean", "vmr_greedy_max")  # higher = more memorised
+UTILITY_SCORES = ("test_nll",)  # lower = better
+OTHER_SCORES = ("continuation_nll_mean", "continuation_nll_worst")  # lower = more memorised
+SCORE_NAMES = PRIVACY_SCORES + UTILITY_SCORES + OTHER_SCORES
+SCORE_COUNTS = ("acr_n_searched", "acr_n_success", "n_secrets", "n_controls")  # numeric columns that are not scores
+
 
 class ConfigError(ValueError):
-    """Invalid parameters: the message names every offending field, its value and what is allowed."""
+    """Invalid parameters or inputs. Each line of the message is one self-contained problem,
+    ``<key>: <what is wrong> (got <value>; allowed: …)``; :func:`error_lines` prefixes them with ``error:``."""
+
+    def __init__(self, *messages: Any):
+        self.lines = [line for m in messages for line in str(m).splitlines() if line.strip()] or ["invalid parameters"]
+        super().__init__("\n".join(self.lines))
+
+
+def error_lines(err: BaseException) -> str:
+    """The one-line-per-problem text a user sees: every line ``error: …`` (a ConfigError's lines, or any other
+    exception's message folded onto one line)."""
+    if isinstance(err, ConfigError):
+        return "\n".join(f"error: {line}" for line in err.lines)
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, FileNotFoundError) and not text.startswith("missing input"):
+        text = f"missing input: {text}"
+    return f"error: {text}"
+
+
+_NOTHING = object()
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ParamError(ValueError):
+    """A validator's finding: what is wrong, the value, what is allowed; ``key`` (absolute, dotted) when the
+    problem belongs to another field than the one validated, ``index`` for an item of a list field."""
+
+    def __init__(self, what: str, got: Any = _NOTHING, allowed: str | None = None, *, key: str | None = None,
+                 index: int | None = None):
+        self.what, self.got, self.allowed, self.key, self.index = what, got, allowed, key, index
+        super().__init__(self.text())
+
+    def text(self) -> str:
+        extra = []
+        if self.got is not _NOTHING:
+            extra.append(f"got {_short(self.got)}")
+        if self.allowed:
+            extra.append(f"allowed: {self.allowed}")
+        return self.what + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def parse_epsilon(value: Any, *, text: bool = False) -> int | float:
+    """ε of a params file or command line: a number in (0, EPSILON_MAX], or ``math.inf`` (non-private) spelled
+    ``inf``, ``.inf``, ``Infinity`` (any case). The one place ``inf`` is parsed: every reader of an ε uses it.
+
+    Numbers keep their type (2 stays int, 2.0 float: run names are built from them as DVC builds them);
+    ``text=True`` also accepts numeric strings (command-line arguments). Raises :class:`ParamError`."""
+    if isinstance(value, str):
+        t = value.strip().lower()
+        if t in INF_SPELLINGS:
+            return math.inf
+        if not text:
+            raise ParamError("not a number", value, EPSILON_ALLOWED)
+        try:
+            value = float(t)
+        except ValueError:
+            raise ParamError("not a number", value, EPSILON_ALLOWED) from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and math.isnan(value)):
+        raise ParamError("not a number", value, EPSILON_ALLOWED)
+    if math.isinf(value) and value > 0:
+        return math.inf
+    if not value > 0:
+        raise ParamError("must be > 0", value, EPSILON_ALLOWED)
+    if value > EPSILON_MAX:
+        raise ParamError(f"above EPSILON_MAX = {EPSILON_MAX}: σ → 0 and the accountants lose precision; "
+                         "write inf for a non-private run", value, EPSILON_ALLOWED)
+    return value
+
+
+def _epsilon_list(v: Any) -> list:
+    if not isinstance(v, list):
+        raise ParamError("not a list", v, f"a list of ε values, each {EPSILON_ALLOWED}")
+    out = []
+    for i, e in enumerate(v):
+        try:
+            out.append(parse_epsilon(e))
+        except ParamError as err:
+            err.index = i
+            raise
+    return out
+
+
+def _existing_path(value: str, info: ValidationInfo) -> Path:
+    """``value`` as a path, relative to the params file's directory when loaded from a file (else the cwd)."""
+    path = Path(value).expanduser()
+    root = (info.context or {}).get("root") if info is not None else None
+    return path if path.is_absolute() or root is None else Path(root) / path
+
+
+Epsilon = Union[int, Annotated[float, AllowInfNan(True)]]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: 64.0 is not an int, true is not a number, "3" is not a number; a float field accepts an int.
+    # allow_inf_nan False: every float must be finite (ε fields opt in to inf).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class RuntimeParams(_Section):
@@ -43,7 +170,7 @@ class RuntimeParams(_Section):
     @classmethod
     def _device(cls, v: str) -> str:
         if v not in ("auto", "cpu", "cuda", "mps") and not re.fullmatch(r"cuda:\d+", v):
-            raise ValueError("must be one of auto, cpu, cuda, cuda:N, mps")
+            raise ParamError("unknown device", v, "auto, cpu, cuda, cuda:N, mps")
         return v
 
 
@@ -67,9 +194,9 @@ class DataParams(_Section):
     def _freqs(cls, v: list[float]) -> list[float]:
         for i, f in enumerate(v):
             if not 0 < f < 1:
-                raise ValueError(f"[{i}] must be in (0, 1), got {f}")
+                raise ParamError("out of range", f, "a number in (0, 1)", index=i)
         if sum(v) >= 1:
-            raise ValueError(f"must sum to < 1, got {sum(v):g}")
+            raise ParamError(f"must sum to < 1 (they sum to {sum(v):g})", v)
         return v
 
     @field_validator("source")
@@ -78,27 +205,27 @@ class DataParams(_Section):
         if v == "synthetic":  # the name before TOFU existed
             return "synthetic-enron"
         if v not in DATA_SOURCES:
-            raise ValueError(f"must be one of {', '.join(DATA_SOURCES)}")
+            raise ParamError("unknown data source" + _did_you_mean(v, DATA_SOURCES), v, ", ".join(DATA_SOURCES))
         return v
 
     @field_validator("variant")
     @classmethod
     def _variant(cls, v: str | None) -> str | None:
-        from empriv.data.variants import VARIANTS
-
         if v is not None and v not in VARIANTS:
-            raise ValueError(f"must be null or one of {', '.join(VARIANTS)}")
+            raise ParamError("unknown TOFU variant" + _did_you_mean(v, VARIANTS), v, "null or " + ", ".join(VARIANTS))
         return v
 
     @model_validator(mode="after")
-    def _path(self) -> "DataParams":
+    def _path(self, info: ValidationInfo) -> "DataParams":
         if self.variant is not None and not self.source.endswith("tofu"):
-            raise ValueError(f"data.variant {self.variant!r} applies to TOFU sources only, not {self.source!r}")
+            raise ParamError(f"applies to TOFU sources only, not data.source {self.source!r}", self.variant,
+                             "null", key="variant")
         if self.source in REAL_SOURCES:
             if not self.path:
-                raise ValueError(f"data.path is required when data.source is {self.source!r}")
-            if not Path(self.path).expanduser().exists():
-                raise ValueError(f"data.path {self.path!r} does not exist")
+                raise ParamError(f"is required when data.source is {self.source!r}", self.path,
+                                 "the path of the corpus file or directory", key="path")
+            if not _existing_path(self.path, info).exists():
+                raise ParamError("file does not exist", self.path, "an existing corpus file or directory", key="path")
         return self
 
 
@@ -121,21 +248,23 @@ class BaseParams(_Section):
 
     @field_validator("name")
     @classmethod
-    def _name(cls, v: str) -> str:
+    def _name(cls, v: str, info: ValidationInfo) -> str:
+        allowed = f"{', '.join(KNOWN_BASES)}, an existing local path, or a hub id org/name"
         if v in KNOWN_BASES:
             return v
         if v.startswith(("/", ".", "~")):
-            if not Path(v).expanduser().exists():
-                raise ValueError(f"local model path does not exist; known bases: {', '.join(KNOWN_BASES)}")
+            if not _existing_path(v, info).exists():
+                raise ParamError("local model path does not exist", v, allowed)
             return v
         if _HUB_ID.match(v):
             return v
-        raise ValueError(f"unknown base model; allowed: {', '.join(KNOWN_BASES)}, a local path, or a hub id org/name")
+        raise ParamError("unknown base model" + _did_you_mean(v, KNOWN_BASES), v, allowed)
 
     @model_validator(mode="after")
     def _heads(self) -> "BaseParams":
         if self.n_embd % self.n_head:
-            raise ValueError(f"base.n_embd ({self.n_embd}) must be divisible by base.n_head ({self.n_head})")
+            raise ParamError(f"must be divisible by base.n_head = {self.n_head}", self.n_embd,
+                             f"a multiple of {self.n_head}", key="n_embd")
         return self
 
 
@@ -157,9 +286,9 @@ class SecretsParams(_Section):
 
     @field_validator("overrides")
     @classmethod
-    def _overrides(cls, v: str | None) -> str | None:
-        if v is not None and not Path(v).exists():
-            raise ValueError("overrides file does not exist")
+    def _overrides(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not _existing_path(v, info).exists():
+            raise ParamError("file does not exist", v, "null or an existing JSONL file of secret overrides")
         return v
 
 
@@ -172,7 +301,7 @@ class PrivacyParams(_Section):
     @classmethod
     def _delta(cls, v: float | None) -> float | None:
         if v is not None and not 0 < v < 1:
-            raise ValueError("must be in (0, 1) or null for n^-delta_exponent")
+            raise ParamError("out of range", v, "a number in (0, 1), or null for n^-delta_exponent")
         return v
 
 
@@ -200,22 +329,14 @@ class TrainParams(_Section):
         if v == "auto":
             return v
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError("must be an integer >= 1 or 'auto'")
+            raise ParamError("not an integer >= 1 or 'auto'", v, "an integer >= 1, or 'auto'")
         return v
-
-
-def _parse_epsilon(v: Any) -> int | float:
-    if isinstance(v, str) and v.strip().lower() in ("inf", ".inf", "infinity"):
-        return math.inf
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"must be a number > 0 or 'inf', got {v!r}")
-    return v
 
 
 class CubeParams(_Section):
     # Numbers keep their YAML type (2 stays int, 2.0 stays float): run names are built with str()
     # exactly as DVC interpolates the matrix values into dvc.yaml.
-    epsilon: list[int | float]
+    epsilon: list[Epsilon]  # each in (0, EPSILON_MAX] or inf
     batch_size: list[int]
     steps: list[int]
     learning_rate: list[int | float]
@@ -224,42 +345,31 @@ class CubeParams(_Section):
     @field_validator("epsilon", mode="before")
     @classmethod
     def _eps_parse(cls, v: Any) -> Any:
-        if not isinstance(v, list):
-            raise ValueError("must be a list")
-        out = []
-        for i, e in enumerate(v):
-            try:
-                e = _parse_epsilon(e)
-            except ValueError as err:
-                raise ValueError(f"[{i}] {err}") from None
-            if not e > 0:
-                raise ValueError(f"[{i}] must be > 0 (or 'inf'), got {e:g}")
-            out.append(e)
-        return out
+        return _epsilon_list(v)
 
     @field_validator("batch_size", "steps")
     @classmethod
     def _positive_ints(cls, v: list[int]) -> list[int]:
         for i, x in enumerate(v):
             if x < 1:
-                raise ValueError(f"[{i}] must be >= 1, got {x}")
+                raise ParamError("out of range", x, "an integer >= 1", index=i)
         return v
 
     @field_validator("learning_rate")
     @classmethod
     def _lr(cls, v: list[float]) -> list[float]:
         for i, x in enumerate(v):
-            if not (x > 0 and math.isfinite(x)):
-                raise ValueError(f"[{i}] must be a finite number > 0, got {x}")
+            if not x > 0:
+                raise ParamError("must be > 0", x, "a finite number > 0", index=i)
         return v
 
     @field_validator("epsilon", "batch_size", "steps", "learning_rate", "seed")
     @classmethod
     def _nonempty_unique(cls, v: list) -> list:
         if not v:
-            raise ValueError("must list at least one value")
+            raise ParamError("must list at least one value", v)
         if len(set(v)) != len(v):
-            raise ValueError(f"has duplicate values {v}")
+            raise ParamError("has duplicate values", v, "distinct values")
         return v
 
 
@@ -268,7 +378,7 @@ class ACRParams(_Section):
 
     enabled: bool = True
     training_seeds: list[int] | None = [0]  # cube seeds whose runs get ACR (null: every run)
-    epsilons: list[float] | None = None  # cube ε values whose runs get ACR (null: all)
+    epsilons: list[Epsilon] | None = None  # cube ε values whose runs get ACR (null: all); each in (0, EPSILON_MAX] or inf
     max_secrets: int | None = Field(None, ge=1)  # the first N secrets (null: all)
     strategy: Literal["fast", "published"] = "fast"
     top_k: int = Field(250, ge=1)
@@ -284,13 +394,14 @@ class ACRParams(_Section):
 
     @field_validator("epsilons", mode="before")
     @classmethod
-    def _eps(cls, v):
-        return None if v is None else [math.inf if str(e).strip().lower() in ("inf", ".inf", "infinity") else e for e in v]
+    def _eps(cls, v: Any) -> Any:
+        return None if v is None else _epsilon_list(v)
 
     @model_validator(mode="after")
     def _lengths(self) -> "ACRParams":
         if self.max_length < self.start_length:
-            raise ValueError(f"max_length ({self.max_length}) must be >= start_length ({self.start_length})")
+            raise ParamError(f"must be >= start_length = {self.start_length}", self.max_length,
+                             f"an integer >= {self.start_length}", key="max_length")
         return self
 
     def applies_to(self, run: "RunConfig") -> bool:
@@ -309,7 +420,7 @@ class ScoreParams(_Section):
     n_controls: int = Field(20, ge=1)
     eval_batch_size: int = Field(64, ge=1)
     seed: int = 0
-    air_template: str = "What genre does {x} write in?"  # {x}: the author's name
+    air_template: str = AIR_TEMPLATE  # {x}: the author's name
     air_samples: int = Field(10, ge=1)
     air_max_new_tokens: int = Field(20, ge=1)
     acr: ACRParams = ACRParams()
@@ -318,7 +429,7 @@ class ScoreParams(_Section):
     @classmethod
     def _air_template(cls, v: str) -> str:
         if "{x}" not in v:
-            raise ValueError("must contain {x} (where the author's name goes)")
+            raise ParamError("must contain {x} (where the author's name goes)", v, "a question with {x} in it")
         return v
 
 
@@ -334,6 +445,30 @@ class AnalyzeParams(_Section):
     base_utility: float | None = None  # null: metrics/base.json's test_nll
     monte_carlo_trials: int = Field(5000, ge=0)
     seed: int = 0
+
+    @field_validator("scores")
+    @classmethod
+    def _scores(cls, v: list[str]) -> list[str]:
+        return _known_names(v, SCORE_NAMES)
+
+    @field_validator("privacy_scores")
+    @classmethod
+    def _privacy_scores(cls, v: list[str]) -> list[str]:
+        return _known_names(v, PRIVACY_SCORES, "not an empirical privacy score (higher = more memorised)")
+
+    @field_validator("utility")
+    @classmethod
+    def _utility(cls, v: str) -> str:
+        if v not in UTILITY_SCORES:
+            raise ParamError("not a utility score" + _did_you_mean(v, UTILITY_SCORES), v, ", ".join(UTILITY_SCORES))
+        return v
+
+
+def _known_names(v: list[str], known: tuple[str, ...], what: str = "unknown score") -> list[str]:
+    for i, name in enumerate(v):
+        if name not in known:
+            raise ParamError(what + _did_you_mean(name, known), name, ", ".join(known), index=i)
+    return v
 
 
 class CanariesParams(_Section):
@@ -375,14 +510,14 @@ class AuditParams(_Section):
     @classmethod
     def _audit_delta(cls, v: float | None) -> float | None:
         if v is not None and not 0 <= v < 1:
-            raise ValueError("must be in [0, 1) or null for the run's delta")
+            raise ParamError("out of range", v, "a number in [0, 1), or null for the run's delta")
         return v
 
     @field_validator("r_grid")
     @classmethod
     def _r_grid(cls, v: list[int]) -> list[int]:
         if not v or any(r < 1 for r in v):
-            raise ValueError("must list values >= 1")
+            raise ParamError("must list integers >= 1", v, "a non-empty list of integers >= 1")
         return v
 
 
@@ -403,8 +538,9 @@ class Params(_Section):
     @model_validator(mode="after")
     def _tokenizer_base(self) -> "Params":
         if self.base.name != "tiny-gpt2" and self.tokenizer.kind != "auto":
-            raise ValueError(f"tokenizer.kind {self.tokenizer.kind!r} cannot be used with base.name {self.base.name!r}: "
-                             "a pre-trained base brings its own tokenizer; set tokenizer.kind: auto")
+            raise ParamError(f"tokenizer.kind {self.tokenizer.kind!r} cannot be used with base.name {self.base.name!r}: "
+                             "a pre-trained base brings its own tokenizer; set tokenizer.kind: auto",
+                             key="tokenizer.kind")
         return self
 
     @model_validator(mode="after")
@@ -412,19 +548,23 @@ class Params(_Section):
         n = self.data.n_train
         for i, b in enumerate(self.cube.batch_size):
             if b > n:
-                raise ValueError(f"cube.batch_size[{i}] = {b} must be <= data.n_train = {n}")
+                raise ParamError(f"must be <= data.n_train = {n}", b, f"an integer in [1, {n}]", key=f"cube.batch_size[{i}]")
         return self
 
     @model_validator(mode="after")
     def _audit_cross(self) -> "Params":
         c, a = self.canaries, self.audit
         if a.rule == "top_r" and a.guesses > c.n_canaries:
-            raise ValueError(f"audit.guesses = {a.guesses} must be <= canaries.n_canaries = {c.n_canaries}")
+            raise ParamError(f"audit.guesses = {a.guesses} must be <= canaries.n_canaries = {c.n_canaries}",
+                             allowed=f"an integer in [1, {c.n_canaries}]", key="audit.guesses")
         if c.design == "bigram" and c.secret_length < 2:
-            raise ValueError(f"canaries.secret_length must be >= 2 for design 'bigram' (a token pair), got {c.secret_length}")
+            raise ParamError("must be >= 2 for canaries.design 'bigram' (a token pair)", c.secret_length,
+                             "an integer in [2, 8]", key="canaries.secret_length")
         if 1 + c.prefix_length + c.secret_length > self.base.seq_len:
-            raise ValueError(f"a canary (1 + canaries.prefix_length {c.prefix_length} + canaries.secret_length "
-                             f"{c.secret_length} tokens) must fit base.seq_len = {self.base.seq_len}")
+            raise ParamError(f"a canary (1 + canaries.prefix_length {c.prefix_length} + canaries.secret_length "
+                             f"{c.secret_length} tokens) must fit base.seq_len = {self.base.seq_len}",
+                             allowed=f"prefix_length + secret_length <= {self.base.seq_len - 1}",
+                             key="canaries.prefix_length")
         # audit.cube.batch_size <= data.n_train is checked by the audit run itself (as train@ does), so a
         # small data set that never audits is not rejected for the default audit cube.
         return self
@@ -501,51 +641,203 @@ def read_yaml(path: str | Path) -> Any:
         return yaml.load(fh)
 
 
-def _format_errors(err: ValidationError) -> str:
-    lines = []
+def _did_you_mean(word: str, known) -> str:
+    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) in (Union, types.UnionType):
+        for a in get_args(annotation):
+            if isinstance(a, type) and issubclass(a, BaseModel):
+                return a
+    return None
+
+
+def _unwrap(annotation: Any, metadata: list) -> tuple[Any, list]:
+    while get_origin(annotation) is Annotated:
+        annotation, *more = get_args(annotation)
+        metadata = [*metadata, *more]
+    return annotation, metadata
+
+
+def _list_item(annotation: Any) -> Any:
+    annotation, _ = _unwrap(annotation, [])
+    if get_origin(annotation) in (Union, types.UnionType):
+        for a in get_args(annotation):
+            if get_origin(a) is list:
+                return get_args(a)[0]
+    return get_args(annotation)[0] if get_origin(annotation) is list else annotation
+
+
+def _bounds(metadata: list) -> str:
+    lo = hi = None
+    for m in metadata:
+        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(m, attr, None)
+            if value is not None:
+                if attr in ("ge", "gt"):
+                    lo = (sym, value)
+                else:
+                    hi = (sym, value)
+    if lo and hi:
+        return f" in {'[' if lo[0] == '>=' else '('}{lo[1]:g}, {hi[1]:g}{']' if hi[0] == '<=' else ')'}"
+    bound = lo or hi
+    return f" {bound[0]} {bound[1]:g}" if bound else ""
+
+
+_PLURAL = {int: "integers", float: "numbers", str: "strings", bool: "true/false values"}
+
+
+def describe(annotation: Any, metadata: list | tuple = ()) -> str:
+    """What a field with this annotation (and Field constraints) accepts, in words."""
+    annotation, metadata = _unwrap(annotation, list(metadata))
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, types.UnionType):
+        parts = [describe(a, metadata) for a in args if a is not type(None)]
+        parts = list(dict.fromkeys(p for p in parts if p))
+        if annotation == Epsilon or set(parts) == {"an integer", "a finite number"}:
+            parts = [EPSILON_ALLOWED] if annotation == Epsilon else ["a finite number" + _bounds(metadata)]
+        return " or ".join(parts) + (", or null" if type(None) in args else "")
+    if origin is Literal:
+        return ("one of " if len(args) > 1 else "") + ", ".join(repr(a) for a in args)
+    if origin is list:
+        item, _ = _unwrap(args[0], [])
+        if item == Epsilon:
+            return f"a list of ε values ({EPSILON_ALLOWED})"
+        if get_origin(item) in (Union, types.UnionType) and set(get_args(item)) <= {int, float}:
+            return "a list of numbers"
+        return "a list of " + _PLURAL.get(item, "values")
+    if annotation is bool:
+        return "true or false"
+    if annotation is int:
+        return "an integer" + _bounds(metadata)
+    if annotation is float:
+        return "a finite number" + _bounds(metadata)
+    if annotation is str:
+        return "a string"
+    model = _model_of(annotation)
+    if model is not None:
+        return "a mapping with keys " + ", ".join(model.model_fields)
+    return ""
+
+
+_WHAT = {"int_type": "not an integer", "int_from_float": "not an integer", "int_parsing": "not an integer",
+         "float_type": "not a number", "float_parsing": "not a number", "finite_number": "not a finite number",
+         "bool_type": "not true or false", "string_type": "not a string", "list_type": "not a list",
+         "literal_error": "not an allowed value", "model_type": "not a mapping", "dict_type": "not a mapping",
+         "model_attributes_type": "not a mapping", "too_short": "too few values", "too_long": "too many values",
+         "greater_than": "out of range", "greater_than_equal": "out of range", "less_than": "out of range",
+         "less_than_equal": "out of range", "missing": "is required", "none_required": "must be null"}
+
+
+def _error_line(e: dict, root: type[BaseModel], prefix: str) -> tuple[str, str, bool]:
+    """(key, line, from a union branch) of one pydantic error, its location walked along the models' fields.
+
+    A union (``int | float``) reports one error per branch: ``branch`` is then True and the caller keeps one."""
+    model: type[BaseModel] | None = root
+    annotation: Any = root
+    metadata: list = []
+    key = prefix
+    branch = False
+    unknown = None
+    for part in e["loc"]:
+        if isinstance(part, int):
+            key += f"[{part}]"
+            annotation, metadata = _list_item(annotation), []
+        elif model is not None and part in model.model_fields:
+            field = model.model_fields[part]
+            key = f"{key}.{part}" if key else part
+            annotation, metadata = field.annotation, list(field.metadata)
+            model = _model_of(annotation)
+        elif model is not None and e["type"] == "extra_forbidden":
+            key = f"{key}.{part}" if key else str(part)
+            unknown = (part, model)
+        else:  # the branch of a union (int | 'auto', int | float …): not part of the key
+            branch = True
+    err = (e.get("ctx") or {}).get("error")
+    if isinstance(err, ParamError):
+        if err.key:
+            key = f"{key}.{err.key}" if key else err.key
+        if err.index is not None:
+            key += f"[{err.index}]"
+        return key, f"{key}: {err.text()}", branch
+    got = e.get("input", _NOTHING)
+    if unknown is not None:
+        name, section = unknown
+        allowed = ", ".join(section.model_fields)
+        what = "unknown key" + _did_you_mean(name, section.model_fields)
+        return key, f"{key}: {ParamError(what, allowed=allowed).text()}", branch
+    if e["type"] == "missing":
+        return key, f"{key}: {ParamError('is required', allowed=describe(annotation, metadata)).text()}", branch
+    if isinstance(err, ValueError):  # a validator's own message
+        text = " ".join(str(err).split()) + (f" (got {_short(got)})" if got is not _NOTHING and not isinstance(got, dict) else "")
+        return key, f"{key}: {text}" if key else text, branch
+    what = _WHAT.get(e["type"], e["msg"].removeprefix("Value error, "))
+    if isinstance(got, dict):
+        got = _NOTHING
+    return key, f"{key}: {ParamError(what, got, describe(annotation, metadata) or None).text()}", branch
+
+
+def _format_errors(err: ValidationError, root: type[BaseModel] = None, prefix: str = "") -> list[str]:
+    """One self-contained line per problem; a union's several branch errors for one key become one line."""
+    lines: dict[str, str] = {}
+    kinds: dict[str, str] = {}
     for e in err.errors():
-        loc = ""
-        for part in e["loc"]:
-            loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key (not a parameter of this section)"
-        elif e["type"] == "missing":
-            msg = "is required"
-        value = e.get("input")
-        shown = "" if e["type"] in ("missing",) or isinstance(value, dict) else f" (got {value!r})"
-        lines.append(f"  {loc or '<root>'}: {msg}{shown}")
-    return "invalid parameters:\n" + "\n".join(lines)
+        key, line, branch = _error_line(e, root or Params, prefix)
+        slot = key if branch else f"{key}#{len(lines)}"
+        # of a union's branch errors, keep the most telling: "not a finite number" beats "not an integer"
+        if slot not in lines or kinds.get(slot) == "int_type":
+            lines[slot], kinds[slot] = line, e["type"]
+    return list(lines.values())
 
 
-def parse_params(raw: Any) -> Params:
+def parse_section(model: type[BaseModel], raw: Any, key: str, root: str | Path | None = None):
+    """Validate ``raw`` as the params section ``key`` (e.g. ``ACRParams`` at ``score.acr``): missing keys get the
+    section's documented defaults; raises :class:`ConfigError` with one line per problem."""
+    if isinstance(raw, model):
+        return raw
     if not isinstance(raw, dict):
-        raise ConfigError(f"params must be a mapping of sections, got {type(raw).__name__}")
+        raise ConfigError(ParamError("not a mapping", raw, describe(model)).text() if not key else
+                          f"{key}: {ParamError('not a mapping', raw, describe(model)).text()}")
     try:
-        return Params.model_validate(raw)
+        return model.model_validate(raw, context={"root": root})
     except ValidationError as err:
-        raise ConfigError(_format_errors(err)) from None
+        raise ConfigError(*_format_errors(err, model, key)) from None
+
+
+def parse_params(raw: Any, root: str | Path | None = None) -> Params:
+    """Validate a params mapping (as read from ``params.yaml``); relative paths in it are relative to ``root``
+    (default: the working directory). Raises :class:`ConfigError` with one line per problem."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"params: not a mapping of sections (got {type(raw).__name__}; allowed: a mapping with keys "
+                          f"{', '.join(Params.model_fields)})")
+    return parse_section(Params, raw, "", root)
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
-    """Load and validate ``params.yaml``; raises :class:`ConfigError` on any invalid value."""
+    """Load and validate ``params.yaml``; raises :class:`ConfigError` on any invalid value (one line each)."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"params file {str(path)!r} does not exist")
+        raise ConfigError(f"{path}: params file does not exist")
     try:
         raw = read_yaml(path)
     except Exception as err:  # ruamel raises many kinds
-        raise ConfigError(f"params file {str(path)!r} is not valid YAML: {err}") from None
-    return parse_params(raw)
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(f"{path}: not valid YAML{where}: {' '.join(str(problem).split())}") from None
+    return parse_params(raw, root=path.resolve().parent)
 
 
 def run_from_args(params: Params, args) -> RunConfig:
     """The cube point named on a stage's command line; it must belong to the current cube."""
     try:
-        text = str(args.epsilon).strip()
-        epsilon = math.inf if text.lower() in ("inf", ".inf", "infinity") else float(text)
-    except ValueError:
-        raise ConfigError(f"--epsilon must be a number or 'inf', got {args.epsilon!r}") from None
+        epsilon = parse_epsilon(args.epsilon, text=True)
+    except ParamError as err:
+        raise ConfigError(f"--epsilon: {err.text()}") from None
     wanted = RunConfig(epsilon, int(args.batch_size), int(args.steps), float(args.learning_rate), int(args.seed))
     matches = [r for r in params.runs() if r == wanted]  # 2 == 2.0: compare values, then take the cube's own run
     if not matches:

@@ -72,36 +72,46 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from empriv.config import ACRParams, parse_section
+
 log = logging.getLogger("empriv.acr")
+
+
+def _acr_default(name: str):
+    value = ACRParams.model_fields[name].get_default(call_default_factory=True)
+    return tuple(value) if isinstance(value, list) else value
 
 
 @dataclass(frozen=True)
 class ACRSettings:
-    """Knobs of the search (``score.acr`` in params.yaml). Defaults are the published procedure's."""
+    """The knobs of the search: the search fields of ``score.acr``.
 
-    top_k: int = 250
-    candidates: int = 100
-    steps: int = 200  # GCG steps at the first length tried
-    step_growth: float = 1.2  # steps × this after each failure (published rule)
-    start_length: int = 5
-    grow: int = 5
-    max_length: int = 30
-    seeds: tuple[int, ...] = (0, 1, 2)
-    strategy: Literal["fast", "published"] = "fast"
-    patience: int | None = 40  # fast only: steps without a new best loss before a length is abandoned
-    patience_tolerance: float = 0.02  # fast only: a best loss must improve by this fraction to reset the patience
+    :class:`empriv.config.ACRParams` is their one definition — defaults, valid ranges and documentation; this is a
+    hashable view of those fields for the search. Build it from params with :func:`settings_from_params`; built
+    directly (tests, benchmarks), the fields not given take ACRParams' defaults and every value is validated by
+    ACRParams (a ``ConfigError`` naming the key).
+    """
+
+    top_k: int = _acr_default("top_k")
+    candidates: int = _acr_default("candidates")
+    steps: int = _acr_default("steps")  # GCG steps at the first length tried
+    step_growth: float = _acr_default("step_growth")  # steps × this after each failure (published rule)
+    start_length: int = _acr_default("start_length")
+    grow: int = _acr_default("grow")
+    max_length: int = _acr_default("max_length")
+    seeds: tuple[int, ...] = _acr_default("seeds")
+    strategy: Literal["fast", "published"] = _acr_default("strategy")
+    patience: int | None = _acr_default("patience")  # fast only: steps without a real improvement before giving up a length
+    patience_tolerance: float = _acr_default("patience_tolerance")  # fast only: the relative improvement that resets patience
 
     def __post_init__(self):
-        checks = {"top_k": self.top_k >= 1, "candidates": self.candidates >= 1, "steps": self.steps >= 1,
-                  "step_growth": self.step_growth >= 1.0, "start_length": self.start_length >= 1,
-                  "grow": self.grow >= 1, "max_length": self.max_length >= self.start_length,
-                  "seeds": len(self.seeds) >= 1, "patience": self.patience is None or self.patience >= 1,
-                  "patience_tolerance": 0.0 <= self.patience_tolerance < 1.0}
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"ACR setting {name} has an invalid value {getattr(self, name)!r}")
-        if self.strategy not in ("fast", "published"):
-            raise ValueError(f"ACR strategy must be 'fast' or 'published', got {self.strategy!r}")
+        object.__setattr__(self, "seeds", tuple(self.seeds))
+        values = {name: getattr(self, name) for name in SEARCH_FIELDS}
+        parse_section(ACRParams, {**values, "seeds": list(self.seeds)}, "score.acr")
+
+
+SEARCH_FIELDS = tuple(ACRSettings.__dataclass_fields__)
+assert set(SEARCH_FIELDS) <= set(ACRParams.model_fields), "every ACR search setting must be a score.acr key"
 
 
 @dataclass
@@ -484,14 +494,11 @@ def acr_of_secrets(model, tokenizer, secrets: Sequence[dict], settings: ACRSetti
     return out
 
 
-def settings_from_params(p) -> ACRSettings:
-    """ACRSettings from a ``score.acr`` params section (pydantic model or dict)."""
-    d = p if isinstance(p, dict) else p.model_dump()
-    names = set(ACRSettings.__dataclass_fields__)
-    kw = {k: v for k, v in d.items() if k in names}
-    if "seeds" in kw:
-        kw["seeds"] = tuple(kw["seeds"])
-    return ACRSettings(**kw)
+def settings_from_params(p: ACRParams | dict) -> ACRSettings:
+    """The search settings of a ``score.acr`` section: an :class:`~empriv.config.ACRParams`, or a mapping validated as
+    one (a key it lacks gets ACRParams' documented default, the only default there is)."""
+    p = parse_section(ACRParams, p, "score.acr")
+    return ACRSettings(**{name: getattr(p, name) for name in SEARCH_FIELDS})
 
 
 __all__ = ["ACRSettings", "ACRResult", "PassCount", "adversarial_compression_ratio", "acr_of_secrets",
