@@ -31,7 +31,10 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
+# validate first: DVC deletes a stage's outputs before the stage's own checks run, so a bad params.yaml
+# (or dvc.yaml cube matrix) must stop here, one line per problem, with every output untouched
 repro: $(STAMP)
+	$(BIN)/empriv validate
 	$(BIN)/dvc repro
 	@$(BIN)/empriv summary
 

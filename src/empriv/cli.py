@@ -1,11 +1,13 @@
 """The ``empriv`` command: library utilities that are useful outside the pipeline.
 
     empriv summary [--json]          print the per-ε summary of the last `dvc repro`
-    empriv validate [PARAMS]         validate params.yaml (exit 2 with the reasons if invalid)
+    empriv validate [PARAMS]         validate params.yaml and dvc.yaml's cube matrices (exit 2, one line per problem)
     empriv privacy ...               privacy accounting (calibrate, epsilon, profile, group)
     empriv audit ...                 ε lower bounds from audit counts (epsilon, clopper-pearson)
     empriv analyze select ...        Algorithm 1's pick from a run table, and the baselines'
     empriv study run PRESET          run presets/PRESET.yaml end to end in .studies/PRESET → results/PRESET
+
+    empriv --debug …                 show the traceback of an error (user errors are one line each otherwise)
 """
 
 from __future__ import annotations
@@ -33,44 +35,39 @@ def _summary(args) -> int:
 
 
 def _validate(args) -> int:
-    from empriv.config import ConfigError, load_params
+    from empriv.pipeline.validate import validate_project
 
-    try:
-        params = load_params(args.params)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"{args.params}: valid ({len(params.runs())} configurations in the cube)")
+    params = validate_project(args.params, args.dvc_yaml)  # a ConfigError: one line per problem, exit 2 (main)
+    print(f"{args.params}: valid ({len(params.runs())} configurations in the cube, "
+          f"{len(params.audit_runs())} in the audit cube)")
     return 0
 
 
 def _study(args) -> int:
-    from empriv.config import ConfigError
+    from empriv.config import error_lines
     from empriv.study import run_study
 
     try:
         study = run_study(args.preset, Path(args.root), data_path=args.data_path, jobs=args.jobs)
-    except (ConfigError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    except RuntimeError as err:  # a failed `dvc repro` in the study's worktree (ConfigError: see main)
+        if args.debug:
+            raise
+        print(error_lines(err), file=sys.stderr)
         return 2
     print(json.dumps(study, indent=2))
     return 0
 
 
 def _study_collect(args) -> int:
-    from empriv.config import ConfigError
     from empriv.study import collect
 
-    try:
-        print(json.dumps(collect(args.preset, Path(args.root)), indent=2))
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    print(json.dumps(collect(args.preset, Path(args.root)), indent=2))  # a ConfigError: one line each, exit 2 (main)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="empriv", description="empirical privacy of DP fine-tuning")
+    ap.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also: EMPRIV_DEBUG=1)")
     sub = ap.add_subparsers(dest="command", required=True)
     s = sub.add_parser("summary", help="print metrics/summary.json as a table")
     s.add_argument("--path", default="metrics/summary.json")
@@ -78,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_summary)
     v = sub.add_parser("validate", help="validate a params file")
     v.add_argument("params", nargs="?", default="params.yaml")
+    v.add_argument("--dvc-yaml", default="dvc.yaml", help="the pipeline whose cube matrices must match the params "
+                   "(skipped when the file does not exist)")
     v.set_defaults(func=_validate)
     st = sub.add_parser("study", help="preset studies (presets/*.yaml)")
     st_sub = st.add_subparsers(dest="study_command", required=True)
@@ -104,8 +103,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A user error (invalid params or inputs, a bad value, a missing file) prints one
+    ``error: …`` line per problem and returns 2, with no traceback unless ``--debug`` (or ``EMPRIV_DEBUG=1``)."""
+    from empriv.config import ConfigError, error_lines
+    from empriv.stage import debug_enabled
+
     args = build_parser().parse_args(argv)
-    rc = args.func(args)
+    try:
+        rc = args.func(args)
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        if args.debug or debug_enabled():
+            raise
+        print(error_lines(err), file=sys.stderr)
+        return 2
     return int(rc or 0)
 
 

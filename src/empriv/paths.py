@@ -52,6 +52,9 @@ ANALYSIS = Path("metrics/analysis.json")
 ANALYSIS_PLOTS_DIR = Path("plots/analysis")
 REPORT = Path("reports/report.html")
 
+# the DAG's guard: the validate stage's output, the first dependency of every other stage (not in git)
+PARAMS_OK = Path(".empriv/params.ok")  # validate stage: constant content "valid\n", written only for valid params
+
 # project state that is not a DVC output
 CALIBRATION_CACHE = Path(".empriv/calibration.json")  # σ calibrations, verified on every hit
 

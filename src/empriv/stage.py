@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from empriv.config import ConfigError, Params, RunConfig, load_params
+from empriv.config import ConfigError, Params, RunConfig, error_lines, load_params
 
 log = logging.getLogger("empriv")
 
@@ -44,8 +44,15 @@ def record_cost(started: float, log_path: str | None = None) -> dict:
     return record
 
 
+def debug_enabled() -> bool:
+    """``EMPRIV_DEBUG=1``: user errors show their traceback too (else one ``error: …`` line each)."""
+    return os.environ.get("EMPRIV_DEBUG", "") not in ("", "0")
+
+
 def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.yaml") -> None:
-    """Load and validate params, then run ``main``; invalid input exits 2 with a clear message."""
+    """Load and validate params, then run ``main``. A user error — invalid params or inputs (:class:`ConfigError`),
+    a missing input file, a library's ``ValueError`` naming a bad value — exits 2 with one ``error: …`` line per
+    problem and no traceback (``EMPRIV_DEBUG=1`` shows it); anything else is a bug and keeps its traceback."""
     import time
 
     started = time.time()
@@ -54,11 +61,10 @@ def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.
         params = load_params(params_path)
         main(params)
         record_cost(started)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except FileNotFoundError as err:
-        print(f"error: missing input: {err}", file=sys.stderr)
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        if debug_enabled():
+            raise
+        print(error_lines(err), file=sys.stderr)
         raise SystemExit(2) from None
 
 

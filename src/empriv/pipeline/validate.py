@@ -1,0 +1,152 @@
+"""validate: the whole params file (and dvc.yaml's cube matrices) checked before any other stage runs.
+
+    python -m empriv.pipeline.validate [--params params.yaml] [--dvc-yaml dvc.yaml] [--debug]
+
+DVC deletes a stage's outputs (git-tracked metrics included) before the stage runs, so a stage that rejects
+its own params has already lost them. This stage runs first and every other stage depends on its marker
+(``paths.PARAMS_OK``): a bad params file stops ``dvc repro`` here, with one ``error: <key>: …`` line per
+problem and exit status 2, before anything else is touched. The marker is written only when the params are
+valid and its content never changes ("valid\\n"), so a valid edit re-runs this stage but never, through the
+marker, any other (each stage still depends on the params keys it reads).
+
+Reads: params.yaml, dvc.yaml (optional). Writes: ``paths.PARAMS_OK``. Params: all of them (the whole file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from empriv import paths
+from empriv.config import CubeParams, ConfigError, Params, error_lines, format_number, load_params, read_yaml
+
+MARKER_TEXT = "valid\n"
+DVC_YAML = Path("dvc.yaml")
+NAME_TEMPLATE = "eps${item.epsilon}-b${item.batch_size}-T${item.steps}-lr${item.learning_rate}-s${item.seed}"
+_REF = re.compile(r"^\$\{\s*([\w.]+)\s*\}$")
+
+
+def _dvc_str(value: Any) -> str:
+    """A matrix value as DVC interpolates it into a command line and a stage name."""
+    try:
+        from dvc.parsing.interpolate import to_str
+    except ImportError:  # DVC absent (validating outside the pipeline): DVC's to_str is str() for numbers and strings
+        return str(value)
+    return to_str(value)
+
+
+def _lookup(raw: dict, dotted: str) -> tuple[bool, Any]:
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _cube_of(params: Params, prefix: str) -> CubeParams | None:
+    return {"cube": params.cube, "audit.cube": params.audit.cube}.get(prefix)
+
+
+def dvc_matrix_errors(raw: dict, params: Params, dvc_yaml: str | Path = DVC_YAML) -> list[str]:
+    """One line per inconsistency between ``dvc.yaml``'s matrix stages and the params' cubes.
+
+    A matrix stage over ``${cube.…}`` or ``${audit.cube.…}`` must take every cube field under its own name, and
+    DVC must spell every value the way empriv names runs (``str`` of the YAML value; ``inf`` for ε = ∞): a
+    stage's ``--name`` that empriv does not recognise fails every train@/score@/audit@ run after DVC deleted
+    its outputs."""
+    dvc_yaml = Path(dvc_yaml)
+    if not dvc_yaml.exists():
+        return []
+    try:
+        stages = (read_yaml(dvc_yaml) or {}).get("stages") or {}
+    except Exception as err:  # ruamel raises many kinds
+        return [f"{dvc_yaml}: not valid YAML: {' '.join(str(err).split())}"]
+    fields = tuple(CubeParams.model_fields)
+    errors: list[str] = []
+    for name, stage in stages.items():
+        matrix = stage.get("matrix") if isinstance(stage, dict) else None
+        if not isinstance(matrix, dict):
+            continue
+        where = f"{dvc_yaml}: stages.{name}.matrix"
+        refs = {k: _REF.match(v).group(1) for k, v in matrix.items() if isinstance(v, str) and _REF.match(v)}
+        prefixes = {ref.rsplit(".", 1)[0] for ref in refs.values() if "." in ref}
+        cube_prefixes = [p for p in prefixes if _cube_of(params, p) is not None]
+        if not cube_prefixes:
+            continue
+        for key, ref in refs.items():
+            found, _ = _lookup(raw, ref)
+            if not found:
+                errors.append(f"{where}.{key}: names no params key (got ${{{ref}}}; allowed: a params list such as "
+                              f"${{cube.{key}}})")
+        if len(cube_prefixes) > 1:
+            errors.append(f"{where}: mixes cubes (got {', '.join(sorted(cube_prefixes))}; allowed: one of cube, audit.cube)")
+            continue
+        prefix = cube_prefixes[0]
+        wanted = {f: f"{prefix}.{f}" for f in fields}
+        if refs != wanted:
+            got = ", ".join(f"{k}: ${{{v}}}" for k, v in refs.items())
+            allowed = ", ".join(f"{k}: ${{{v}}}" for k, v in wanted.items())
+            errors.append(f"{where}: does not take every {prefix} field under its own name (got {got}; allowed: {allowed})")
+            continue
+        cmd = stage.get("cmd", "")
+        cmd = " ".join(cmd) if isinstance(cmd, list) else str(cmd)
+        named = re.search(r"--name\s+(\S+)", cmd)
+        if named and named.group(1) != NAME_TEMPLATE:
+            errors.append(f"{dvc_yaml}: stages.{name}.cmd: --name is not the run name empriv builds "
+                          f"(got {named.group(1)}; allowed: {NAME_TEMPLATE})")
+        cube = _cube_of(params, prefix)
+        for f in fields:
+            _, values = _lookup(raw, f"{prefix}.{f}")
+            for i, (value, parsed) in enumerate(zip(values or [], getattr(cube, f))):
+                ours = format_number(parsed)
+                if _dvc_str(value) != ours:
+                    errors.append(f"{prefix}.{f}[{i}]: DVC spells it {_dvc_str(value)!r} in run names, empriv {ours!r} "
+                                  f"(got {value!r}; allowed: a plain YAML number, or inf / .inf for ε = ∞)")
+    return errors
+
+
+def validate_project(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Path = DVC_YAML) -> Params:
+    """The params file validated in full, then dvc.yaml's cube matrices against it; raises :class:`ConfigError`
+    with one line per problem. Touches no file."""
+    params = load_params(params_path)
+    errors = dvc_matrix_errors(read_yaml(params_path), params, dvc_yaml)
+    if errors:
+        raise ConfigError(*errors)
+    return params
+
+
+def write_marker(path: str | Path = paths.PARAMS_OK) -> None:
+    from empriv.io import atomic_path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(MARKER_TEXT, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m empriv.pipeline.validate", description=__doc__.splitlines()[0])
+    ap.add_argument("--params", default=str(paths.PARAMS))
+    ap.add_argument("--dvc-yaml", default=str(DVC_YAML))
+    ap.add_argument("--marker", default=str(paths.PARAMS_OK))
+    ap.add_argument("--debug", action="store_true", help="show the traceback of an error (also: EMPRIV_DEBUG=1)")
+    args = ap.parse_args(argv)
+    try:
+        params = validate_project(args.params, args.dvc_yaml)
+    except ConfigError as err:
+        if args.debug or os.environ.get("EMPRIV_DEBUG") == "1":
+            raise
+        print(error_lines(err), file=sys.stderr)
+        return 2
+    write_marker(args.marker)
+    print(f"{args.params}: valid ({len(params.runs())} configurations in the cube, {len(params.audit_runs())} in the audit cube)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
