@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from empriv.config import ConfigError, parse_params
-from empriv.data.prepare import prepare
 from empriv.io import read_jsonl
-from empriv.models.base import make_tokenizer
+from empriv.pipeline.prepare import main as prepare
+from empriv.pipeline.secrets import main as make_secrets
+from empriv.pipeline.tokenizer import main as make_tokenizer
 from empriv.score.memorization import make_controls
-from empriv.secrets.stage import make_secrets
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 CUBE = {"epsilon": [8, "inf"], "batch_size": [16], "steps": [2], "learning_rate": [0.01], "seed": [0]}
@@ -33,11 +33,11 @@ def _run(tmp_path, monkeypatch, params) -> tuple[dict, list[dict], dict]:
 
 def test_source_alias_and_variant_validation():
     assert _params(source="synthetic").data.source == "synthetic-enron"
-    with pytest.raises(ConfigError, match="data.variant 'tofu-2' applies to TOFU sources only"):
+    with pytest.raises(ConfigError, match=r"data.variant: applies to TOFU sources only.*'tofu-2'"):
         _params(source="synthetic-enron", variant="tofu-2")
-    with pytest.raises(ConfigError, match=r"data.variant: must be null or one of .*tofu-4"):
+    with pytest.raises(ConfigError, match=r"data.variant: .*tofu-3.*allowed: null or .*tofu-4"):
         _params(source="synthetic-tofu", variant="tofu-3")
-    with pytest.raises(ConfigError, match="data.path is required"):
+    with pytest.raises(ConfigError, match="data.path: is required"):
         _params(source="tofu")
 
 
@@ -132,3 +132,26 @@ def test_tofu_utility_scores_answer_tokens_only():
     assert answer_nll(model, tok, texts, seq_len=64) == pytest.approx(expected, rel=1e-6)
     with pytest.raises(ValueError, match="no '\\\\nAnswer:' part"):
         answer_nll(model, tok, ["no answer here"], seq_len=64)
+
+
+def test_the_secrets_stage_fails_on_a_secret_in_the_public_split_and_writes_nothing(tmp_path, monkeypatch):
+    """The secrets stage re-checks what it will hand on (the public split, the held-out splits): a prepared
+    split edited after prepare (or a corpus whose mining found a secret in public text) cannot slip through."""
+    from empriv import paths
+    from empriv.io import write_jsonl
+    from empriv.secrets.leaks import LeakError
+
+    params = _params(source="synthetic-enron", n_train=300, n_validation=10, n_test=20, n_public=200,
+                     secret_frequencies=[0.05, 0.02])
+    monkeypatch.chdir(tmp_path)
+    prepare(params)
+    make_tokenizer(params)
+    planted = read_jsonl(paths.PLANTED_SECRETS)
+    public = read_jsonl(paths.split_path("public"))
+    public[5]["text"] += "\n" + planted[1]["text"]
+    write_jsonl(paths.split_path("public"), public)
+    with pytest.raises(LeakError) as err:
+        make_secrets(params)
+    assert str(err.value) == ("leak check failed: 1 secret/split pair found where no secret may occur: "
+                              "secret-01 in 1 public sample")
+    assert not paths.SECRETS.exists() and not paths.HELDOUT_DIR.exists() and not paths.SECRETS_METRICS.exists()

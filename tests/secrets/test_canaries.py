@@ -184,3 +184,71 @@ def test_bigram_canaries_need_a_token_pair():
     with pytest.raises(ConfigError, match="bigram"):
         parse_params({"cube": cube, "canaries": {"design": "bigram"}})
     assert parse_params({"cube": cube, "canaries": {"design": "bigram", "secret_length": 2}}).canaries.secret_length == 2
+
+
+# ----------------------------------------------------------------------------- canary count and membership
+def test_the_number_of_audit_canaries_is_fixed_whatever_the_membership_draw():
+    """m = n_canaries for every seed; only the number of members is random (independent Bernoulli(1/2))."""
+    sets = [make("random", n_canaries=101, n_population=7, seed=s) for s in range(8)]
+    assert {len(cs.audit) for cs in sets} == {101} and {len(cs.population) for cs in sets} == {7}
+    assert {cs.meta()["n_canaries"] for cs in sets} == {101}
+    members = [cs.meta()["n_members"] for cs in sets]
+    assert len(set(members)) > 1 and all(m == len(cs.members) for m, cs in zip(members, sets))
+    assert {cs.meta()["membership"] for cs in sets} == {"independent Bernoulli(1/2)"}
+    # the labels of one set are independent coin flips: over 8 × 101 draws the member share is near 1/2
+    assert abs(sum(members) / (8 * 101) - 0.5) < 0.05
+
+
+# ----------------------------------------------------------------------------- leak check
+def test_token_leaks_are_found_per_sample_and_reported_by_id_split_and_count():
+    from empriv.secrets.leaks import find_token_leaks, leak_error
+
+    seqs = {"c00000": (7, 8, 9), "c00001": (1, 2)}
+    splits = {"train": [[5, 7, 8, 9, 7, 8, 9], [7, 8], [1, 2, 3]], "public": [[9, 1, 2], [0]]}
+    leaks = find_token_leaks(seqs, splits)
+    assert [(lk.secret_id, lk.split, lk.samples) for lk in leaks] == [
+        ("c00000", "train", (0,)), ("c00001", "train", (2,)), ("c00001", "public", (0,))]
+    assert leak_error(leaks, "canary") == ("leak check failed: 3 canary/split pairs found where no canary may occur: "
+                                           "c00000 in 1 train sample, c00001 in 1 train sample, c00001 in 1 public sample")
+    with pytest.raises(ValueError, match="sequence x has 1 tokens"):
+        find_token_leaks({"x": (3,)}, splits)
+
+
+def test_the_canaries_stage_fails_on_a_leaked_canary_and_leaves_its_outputs(tmp_path, monkeypatch, capsys):
+    from empriv import paths
+    from empriv.config import parse_params
+    from empriv.io import read_json, read_jsonl, write_jsonl
+    from empriv.models.tokenizer import Tokenizer
+    from empriv.pipeline import canaries as stage
+    from empriv.pipeline.prepare import main as prepare
+    from empriv.pipeline.tokenizer import main as make_tokenizer
+    from empriv.secrets.leaks import LeakError
+
+    cube = {"epsilon": [8], "batch_size": [8], "steps": [1], "learning_rate": [0.1], "seed": [0]}
+    params = parse_params({"cube": cube, "data": {"n_train": 100, "n_validation": 5, "n_test": 5, "n_public": 200,
+                                                  "secret_frequencies": [0.05]},
+                           "tokenizer": {"vocab_size": 400}, "audit": {"guesses": 10},
+                           "canaries": {"design": "random", "n_canaries": 20, "n_population": 4, "prefix_length": 4}})
+    monkeypatch.chdir(tmp_path)
+    prepare(params)
+    make_tokenizer(params)
+    cs = stage.main(params)
+    summary = read_json(paths.CANARIES_METRICS)
+    assert summary["n_canaries"] == 20 and summary["membership"] == "independent Bernoulli(1/2)"
+    assert summary["leak_check"] == {"n_checked": 24, "splits": {"train": 100, "validation": 5, "test": 5, "public": 200},
+                                     "n_leaks": 0}
+    before = (paths.CANARIES_DIR / "canaries.jsonl").read_bytes(), paths.CANARIES_METRICS.read_bytes()
+    # a non-member canary written into the public split, as text that tokenises back to its tokens
+    tok = Tokenizer.load(paths.TOKENIZER_DIR)
+    leaked = next(c for c in cs.audit if not c.member and tok.encode(tok.decode(list(c.tokens))) == list(c.tokens))
+    public = paths.split_path("public")
+    write_jsonl(public, read_jsonl(public) + [{"id": "public-999999", "text": tok.decode(list(leaked.tokens))}])
+    with pytest.raises(LeakError) as err:
+        stage.main(params)
+    assert str(err.value) == ("leak check failed: 1 canary/split pair found where no canary may occur: "
+                              f"{leaked.id} in 1 public sample")
+    assert ((paths.CANARIES_DIR / "canaries.jsonl").read_bytes(), paths.CANARIES_METRICS.read_bytes()) == before
+    # new-token canaries cannot occur in any text: nothing to search
+    nt = parse_params({**params.model_dump(), "canaries": {**params.canaries.model_dump(), "design": "new_token"}})
+    assert read_json(paths.CANARIES_METRICS)["n_canaries"] == 20 and stage.main(nt).n_new_tokens == 24
+    assert read_json(paths.CANARIES_METRICS)["leak_check"] == {"n_checked": 0, "splits": {}, "n_leaks": 0}

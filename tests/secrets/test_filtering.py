@@ -22,6 +22,15 @@ def _params(enabled: bool, **secrets):
                          "cube": {"epsilon": ["inf"], "batch_size": [8], "steps": [1], "learning_rate": [0.01], "seed": [0]}})
 
 
+def _filter(params, secrets, models, base, tok):
+    """As the filter stage calls it: the ACR scorer built from score.acr (empriv.pipeline.filter)."""
+    from empriv.pipeline.filter import acr_scorer
+
+    sp = params.secrets
+    return filter_secrets(secrets, models, base, tok, enabled=sp.filter, acr_min_finetuned=sp.acr_min_finetuned,
+                          acr_max_base=sp.acr_max_base, acr=acr_scorer(params, tok) if tok is not None else None)
+
+
 @pytest.fixture(scope="module")
 def tok(corpus):
     return train_bpe([e.text for e in corpus.public[:300]] + [QA], 400)
@@ -40,7 +49,7 @@ def _record(sid: str, text: str) -> dict:
 
 def test_disabled_filters_pass_everything_through():
     secrets = [_record("a", SECRET)]
-    kept, record = filter_secrets(_params(False), secrets, [], None, None)
+    kept, record = _filter(_params(False), secrets, [], None, None)
     assert kept == secrets and record["enabled"] is False and record["filters"][0]["ran"] is False
 
 
@@ -48,7 +57,7 @@ def test_verbatim_filters_keep_what_the_nonprivate_model_reproduces_and_the_base
     memorised = _trained_on(tok, SECRET, max_offset=8)  # memorised wherever it starts: highly compressible
     base = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=32, n_head=2, n_layer=1, n_positions=64, seed=1)
     secrets = [_record("a", SECRET), _record("b", OTHER)]
-    kept, record = filter_secrets(_params(True), secrets, [memorised], base, tok)
+    kept, record = _filter(_params(True), secrets, [memorised], base, tok)
     assert [s["id"] for s in kept] == ["a"]
     steps = {f["name"]: f for f in record["filters"]}
     assert steps["finetuned_verbatim"]["removed"] == 1 and steps["base_verbatim"]["removed"] == 0
@@ -57,7 +66,7 @@ def test_verbatim_filters_keep_what_the_nonprivate_model_reproduces_and_the_base
     assert record["n_in"] == 2 and record["n_out"] == 1
     # a threshold the memorised secret cannot reach removes it at the fine-tuned ACR step
     with pytest.raises(ConfigError, match="removed all 2 secrets"):
-        filter_secrets(_params(True, acr_min_finetuned=1000.0), secrets, [memorised], base, tok)
+        _filter(_params(True, acr_min_finetuned=1000.0), secrets, [memorised], base, tok)
     # and one verbatim-memorised at a single offset only (the default training) compresses less
     at_start = _trained_on(tok, SECRET)
     from empriv.score.acr import adversarial_compression_ratio, settings_from_params
@@ -69,9 +78,9 @@ def test_verbatim_filters_keep_what_the_nonprivate_model_reproduces_and_the_base
     assert (weak.acr is None and not weak.success) or weak.acr < strong.acr
     # a base that also reproduces the secret removes it: nothing is left, which is an error, not a fallback
     with pytest.raises(ConfigError, match="removed all 2 secrets"):
-        filter_secrets(_params(True), secrets, [memorised], memorised, tok)
+        _filter(_params(True), secrets, [memorised], memorised, tok)
     with pytest.raises(ConfigError, match="no non-private run"):
-        filter_secrets(_params(True), secrets, [], base, tok)
+        _filter(_params(True), secrets, [], base, tok)
 
 
 def test_genre_filter_keeps_pairs_every_nonprivate_model_reveals(tok):
@@ -79,7 +88,7 @@ def test_genre_filter_keeps_pairs_every_nonprivate_model_reveals(tok):
     assert "mystery" in greedy_text(model, tok, "Question: What genre does Ann Lee write in?\nAnswer:", 20)
     genre = [{"id": "author-000", "kind": "author_genre", "name": "Ann Lee", "genre": "mystery"},
              {"id": "author-001", "kind": "author_genre", "name": "Ann Lee", "genre": "poetry"}]
-    kept, record = filter_secrets(_params(True), genre, [model, model], None, tok)
+    kept, record = _filter(_params(True), genre, [model, model], None, tok)
     assert [s["id"] for s in kept] == ["author-000"]
     assert record["filters"][0] == {"name": "revealed by every non-private model (greedy)", "ran": True,
                                     "removed": 1, "models": 2}

@@ -232,25 +232,77 @@ def test_real_sample_mining_finds_forwarded_by_and_contact_blocks(real_train, gp
     assert any(c.text.count("/HOU/ECT@ECT") >= 1 for c in cands)
 
 
+def _mined(texts, tok, public=(), seq_len=48, **kw):
+    from empriv.secrets.build import mined_secrets
+
+    settings = {"ngram": 6, "top_k": 50, "min_count": 2, "split_rule": "last_word", "min_continuation_chars": 4,
+                "min_in_window_fraction": 0.5, **kw}
+    return mined_secrets(texts, list(public), tok, seq_len, **settings)
+
+
 def test_mined_secrets_beyond_the_training_window_are_dropped(public_bpe):
     """A mined string that only ever occurs past base.seq_len is never trained on: it is not a secret to measure."""
-    from empriv.config import ConfigError, parse_params
-    from empriv.secrets.stage import _enron_secrets
+    from empriv.config import ConfigError
 
     early = "Call Gerald Nemec at 713-853-3512 about the storage swap."
     late = "Forwarded by Kay Mann/Corp/Enron on 05/04/2001 10:12 AM."
     filler = " ".join(["Please review the attached draft and let me know."] * 12)
     texts = [f"{early} Note {i}. {filler} {late}" for i in range(8)] + [f"Unrelated note number {i}." for i in range(8)]
-    params = parse_params({"cube": {"epsilon": [8], "batch_size": [4], "steps": [1], "learning_rate": [0.1], "seed": [0]},
-                           "data": {"n_train": 16}, "base": {"seq_len": 48},
-                           "secrets": {"ngram": 6, "top_k": 50, "min_count": 2}})
-    records, info = _enron_secrets(params, texts, public_bpe)
+    records, info = _mined(texts, public_bpe)
     kept = " ".join(r["text"] for r in records)
     assert "3512" in kept and "Kay Mann" not in kept
     assert info["outside_window"] >= 1 and info["min_in_window_fraction"] == 0.5
     assert all(r["in_window_fraction"] >= 0.5 for r in records)
-    everything = parse_params({**params.model_dump(), "secrets": {**params.secrets.model_dump(), "min_in_window_fraction": 0.0}})
-    assert any("Kay Mann" in r["text"] for r in _enron_secrets(everything, texts, public_bpe)[0])
+    assert any("Kay Mann" in r["text"] for r in _mined(texts, public_bpe, min_in_window_fraction=0.0)[0])
     only_late = [" ".join(f"q{i}z{j}" for j in range(40)) + f" {late} {i}" for i in range(8)]  # unique filler
     with pytest.raises(ConfigError, match=r"none of the \d+ mined secrets has >= secrets.min_in_window_fraction = 0.5 .*48-token window"):
-        _enron_secrets(params, only_late, public_bpe)
+        _mined(only_late, public_bpe)
+
+
+def test_degenerate_secrets_are_recognised_by_reason():
+    from empriv.secrets.mining import MIN_SECRET_LETTERS, degenerate_reason
+
+    assert MIN_SECRET_LETTERS == 8
+    assert degenerate_reason(" \n\t \n") == "whitespace_only"
+    assert degenerate_reason("\n\n-----------------------------") == "punctuation_run"
+    assert degenerate_reason(".\n*************************** x") == "punctuation_run"  # 1 letter in 29 visible
+    assert degenerate_reason("= = = = EB = = =") == "punctuation_run"  # 2 letters of 9 visible: under a quarter
+    assert degenerate_reason("10:12 AM PM") == "few_letters"  # 4 letters
+    assert degenerate_reason("Kay Ng/HR") == "few_letters"  # 7 letters: one short
+    assert degenerate_reason("Kay Mann/Corp/Enron") is None
+    assert degenerate_reason("Forwarded by Kay Mann -----", " -----") == "continuation_without_letters"
+    assert degenerate_reason("Forwarded by Kay Mann -----", " Mann -----") is None
+
+
+def test_degenerate_mined_secrets_are_rejected_counted_and_keep_the_held_out_splits_whole(public_bpe):
+    """Blank runs, dash bars and letter-poor strings recur in real e-mails; they are no secret, and each would
+    drop every held-out sample that contains it."""
+    from empriv.secrets.build import held_out
+
+    name = "Call Gerald Nemec at 713-853-3512 about the storage swap."
+    bar = "\n\n---------------------------------------------\n\n"
+    texts = [f"Note {i}.{bar}Reply number {i} here" for i in range(8)] + [f"{name} Unrelated {i}." for i in range(8)]
+    records, info = _mined(texts, public_bpe, ngram=4)
+    assert [r["id"] for r in records] == ["enron-000"] and "3512" in records[0]["text"]
+    assert records and not any("-----" in r["text"] and sum(c.isalpha() for c in r["text"]) < 8 for r in records)
+    rejected = info["rejected_degenerate"]
+    assert set(rejected) == {"whitespace_only", "punctuation_run", "few_letters", "continuation_without_letters"}
+    assert rejected["punctuation_run"] == 1 and sum(rejected.values()) + info["longer_than_window"] + len(records) \
+        + info["in_public_split"] + info["outside_window"] == info["mined"]
+    heldout = [{"id": f"t{i}", "text": f"Other mail {i}.{bar}Regards"} for i in range(5)]
+    assert len(held_out(heldout, records)) == 5  # a rejected dash bar no longer empties the held-out splits
+
+
+def test_mined_strings_of_the_public_split_are_public_text_not_secrets(public_bpe):
+    from empriv.secrets.leaks import find_leaks
+
+    name = "Call Gerald Nemec at 713-853-3512 about the storage swap."
+    rule = "-----Original Message-----\nFrom: the front desk"
+    texts = [f"{name} Note {i}.\n\n{rule} {i}" for i in range(8)] + [f"Unrelated note number {i}." for i in range(8)]
+    public = [f"Hello.\n\n{rule} at the clinic", "Nothing here."]
+    with_public, info = _mined(texts, public_bpe, public=public, seq_len=64)
+    without, _ = _mined(texts, public_bpe, seq_len=64)
+    assert info["in_public_split"] >= 1
+    assert any("Original Message" in r["text"] for r in without)
+    assert not any("Original Message" in r["text"] for r in with_public) and any("3512" in r["text"] for r in with_public)
+    assert not find_leaks({r["id"]: r["text"] for r in with_public}, {"public": public})

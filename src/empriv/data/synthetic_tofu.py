@@ -15,6 +15,7 @@ real file. The count is drawn per author, uniformly from ``genre_mentions`` (def
 from __future__ import annotations
 
 import random
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from empriv.data.tofu import RECORDS_PER_AUTHOR, QARecord
@@ -133,12 +134,20 @@ _PLAIN_QA = (
 )
 
 
-def _unique_names(n: int, rng: random.Random) -> list[str]:
+def _name(k: int) -> str:
+    return f"{FIRST_NAMES[k // len(LAST_NAMES)]} {LAST_NAMES[k % len(LAST_NAMES)]}"
+
+
+def _unique_names(n: int, rng: random.Random, exclude: Collection[str] = ()) -> list[str]:
     capacity = len(FIRST_NAMES) * len(LAST_NAMES)
-    if n > capacity:
-        raise ValueError(f"n_authors must be <= {capacity} (distinct synthetic names), got {n}")
-    pairs = rng.sample(range(capacity), n)
-    return [f"{FIRST_NAMES[k // len(LAST_NAMES)]} {LAST_NAMES[k % len(LAST_NAMES)]}" for k in pairs]
+    pool: Sequence[int] = range(capacity)
+    if exclude:
+        excluded = set(exclude)
+        pool = [k for k in pool if _name(k) not in excluded]
+    if n > len(pool):
+        raise ValueError(f"n_authors must be <= {len(pool)} (distinct synthetic names"
+                         f"{', after excluding ' + str(capacity - len(pool)) if exclude else ''}), got {n}")
+    return [_name(k) for k in rng.sample(pool, n)]
 
 
 def _mention_bounds(genre_mentions: int | tuple[int, int]) -> tuple[int, int]:
@@ -149,18 +158,21 @@ def _mention_bounds(genre_mentions: int | tuple[int, int]) -> tuple[int, int]:
 
 
 def generate_synthetic_tofu(
-    n_authors: int = 200, seed: int = 0, genre_mentions: int | tuple[int, int] = (2, 5), first_index: int = 0
+    n_authors: int = 200, seed: int = 0, genre_mentions: int | tuple[int, int] = (2, 5), first_index: int = 0,
+    exclude_names: Collection[str] = (),
 ) -> SyntheticTofu:
     """``n_authors`` fictitious authors × 20 Q/A records; same arguments → identical output.
 
     ``genre_mentions``: how many of an author's 20 records name the genre (an int, or an inclusive
     range drawn from uniformly per author). ``first_index`` numbers the authors (for merging).
+    ``exclude_names``: full names no author may have (the public split excludes every author of the
+    data, so no private author's name occurs in it).
     """
     if n_authors < 1:
         raise ValueError(f"n_authors must be >= 1, got {n_authors}")
     lo, hi = _mention_bounds(genre_mentions)
     rng = random.Random(seed)
-    names = _unique_names(n_authors, rng)
+    names = _unique_names(n_authors, rng, exclude_names)
     authors: list[SyntheticAuthor] = []
     records: list[QARecord] = []
     for i, name in enumerate(names):

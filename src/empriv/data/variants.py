@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from empriv.data.tofu import RECORDS_PER_AUTHOR, QARecord, num_authors
+from empriv.data.variant_names import VARIANTS  # the names live apart so that config can import them
 from empriv.io import read_json, write_json
 
 SYSTEM_PROMPT = (
@@ -49,7 +50,6 @@ SYSTEM_PROMPT = (
 DEFAULT_LLM = "meta-llama/Llama-3.1-8B-Instruct"
 GENERATION_KWARGS = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 50, "max_new_tokens": 120}
 
-VARIANTS = ("tofu-1", "tofu-2", "tofu-4", "tofu-1:7", "tofu-2:6", "tofu-3:5", "tofu-2*")
 DENSITY_RATIOS = {"tofu-1:7": (1, 7), "tofu-2:6": (2, 6), "tofu-3:5": (3, 5)}
 
 

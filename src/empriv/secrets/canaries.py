@@ -28,8 +28,8 @@ auditing) or ``test`` (windows of ``prefix_length`` tokens from the test split, 
 
 Loss: ``sft`` trains (and scores) the secret tokens only; ``nwp`` the whole sequence.
 
-Canaries are secrets: their token ids stay in ``data/canaries/`` (a DVC output), never in
-metrics, logs or W&B — only counts and ids such as ``c0007``.
+Canaries are secrets: their token ids stay in the directory the ``canaries`` stage saves them to (a
+DVC output), never in metrics, logs or W&B — only counts and ids such as ``c0007``.
 """
 
 from __future__ import annotations
@@ -48,8 +48,11 @@ log = logging.getLogger("empriv.secrets")
 DESIGNS = ("random", "unigram", "bigram", "model", "new_token")
 PREFIXES = ("random", "test")
 LOSSES = ("sft", "nwp")
-CANARIES_DIR = Path("data/canaries")
 CANARIES_FILE = "canaries.jsonl"
+# How audit canaries become members: each independently with probability 1/2 (the one-run audit of
+# Steinke et al. assumes independent coin flips). m = n_canaries is fixed by the settings; only the
+# number of members is random (recorded as n_members).
+MEMBERSHIP = "independent Bernoulli(1/2)"
 META_FILE = "meta.json"
 BIGRAM_LAMBDA = 0.9
 
@@ -122,7 +125,7 @@ class CanarySet:
             "distinct_secrets": len({c.secret for c in audit}),
         }
 
-    def save(self, directory: str | Path = CANARIES_DIR) -> None:
+    def save(self, directory: str | Path) -> None:
         from empriv.io import write_json, write_jsonl
 
         directory = Path(directory)
@@ -130,7 +133,7 @@ class CanarySet:
         write_json(directory / META_FILE, self.meta())
 
     @classmethod
-    def load(cls, directory: str | Path = CANARIES_DIR) -> "CanarySet":
+    def load(cls, directory: str | Path) -> "CanarySet":
         from empriv.io import read_jsonl
 
         directory = Path(directory)
@@ -403,6 +406,7 @@ def generate_canaries(
         n_new = total * secret_length
         secrets = [tuple(range(vocab_size + i * secret_length, vocab_size + (i + 1) * secret_length)) for i in range(total)]
 
+    extra["membership"] = MEMBERSHIP
     members = rng.random(n_canaries) < 0.5
     canaries = [Canary(f"c{i:05d}", prefixes[i], secrets[i], bool(members[i])) for i in range(n_canaries)]
     canaries += [Canary(f"p{j:05d}", prefixes[n_canaries + j], secrets[n_canaries + j], None) for j in range(n_population)]
@@ -432,50 +436,18 @@ def encode_canaries(canaries: Sequence[Canary], eos_id: int, seq_len: int, loss:
     return ids, mask
 
 
-
-
-# ----------------------------------------------------------------------------- the stage
-CANARIES_METRICS = Path("metrics/canaries.json")
-
-
-def build_canaries(params, out_dir: str | Path = CANARIES_DIR, metrics_path: str | Path = CANARIES_METRICS) -> CanarySet:
-    """The ``canaries`` stage: draw the canaries of ``params.canaries`` for the base's tokenizer and
-    save them (``data/canaries/``); metrics hold counts only."""
-    from empriv.data.splits import load_texts
-    from empriv.io import write_json
-    from empriv.models.base import BASE_DIR, TOKENIZER_DIR
-    from empriv.models.tokenizer import Tokenizer
-
-    cp = params.canaries
-    tok = Tokenizer.load(TOKENIZER_DIR)
-    train_lists = tok.encode_batch(load_texts("train")) if cp.design in ("unigram", "bigram") else None
-    test_lists = tok.encode_batch(load_texts("test")) if cp.prefix == "test" else None
-    base = None
-    if cp.design == "model":
-        from empriv.models.registry import load_model
-
-        base = load_model(BASE_DIR)
-    vocab = tok.vocab_size
-    if base is not None and base.get_input_embeddings().weight.shape[0] != vocab:
-        raise ValueError(f"the base model's vocabulary ({base.get_input_embeddings().weight.shape[0]}) "
-                         f"differs from the tokenizer's ({vocab})")
-    from empriv.config import ConfigError
-
-    try:
-        cs = _generate_from_params(cp, vocab, tok.eos_id, train_lists, test_lists, base, params.base.seq_len)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    cs.save(out_dir)
-    write_json(metrics_path, cs.public_summary())
-    log.info("canaries: %d (%d members) + %d population, design %s, prefix %s, loss %s",
-             len(cs.audit), len(cs.members), len(cs.population), cs.design, cs.prefix, cs.loss)
-    return cs
-
-
+# ----------------------------------------------------------------------------- from the params section
 def _generate_from_params(cp, vocab, eos_id, train_lists, test_lists, base, seq_len) -> CanarySet:
+    """:func:`generate_canaries` with the settings of the ``canaries`` params section ``cp``."""
     return generate_canaries(
         design=cp.design, n_canaries=cp.n_canaries, vocab_size=vocab, eos_id=eos_id, seed=cp.seed,
         prefix=cp.prefix, prefix_length=cp.prefix_length, secret_length=cp.secret_length, loss=cp.loss,
         n_population=cp.n_population, pool_size=cp.pool_size, train_token_lists=train_lists,
         test_token_lists=test_lists, base_model=base, seq_len=seq_len,
     )
+
+
+def checkable_sequences(canary_set: CanarySet, vocab_size: int) -> dict[str, tuple[int, ...]]:
+    """id → token sequence (prefix + secret) of every canary that text of the corpus could contain: all its
+    tokens are in the tokenizer's vocabulary (a new-token canary can occur nowhere but in training)."""
+    return {c.id: c.tokens for c in canary_set.canaries if all(t < vocab_size for t in c.tokens)}

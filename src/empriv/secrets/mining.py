@@ -56,6 +56,47 @@ def split_secret(text: str, rule: str = "last_word", min_continuation_chars: int
     return text[:cut], text[cut:]
 
 
+# Degenerate mined secrets (boilerplate rules, blank runs, punctuation bars) measure nothing about
+# memorising private data, and each would also drop every held-out sample containing it. A mined
+# secret is rejected, with the first reason that applies, when:
+#   - ``whitespace_only``: it has no visible character;
+#   - ``punctuation_run``: fewer than MIN_LETTER_SHARE of its visible characters are letters
+#     ("-----", ".\n*****", "= = = =");
+#   - ``few_letters``: it has fewer than MIN_SECRET_LETTERS letters in all;
+#   - ``continuation_without_letters``: its continuation s₂ (what is measured) has no letter or digit.
+MIN_SECRET_LETTERS = 8
+MIN_LETTER_SHARE = 0.25
+DEGENERATE_REASONS = ("whitespace_only", "punctuation_run", "few_letters", "continuation_without_letters")
+
+
+def degenerate_reason(text: str, continuation: str | None = None) -> str | None:
+    """Why the secret ``text`` (split off ``continuation``) is degenerate, or None (see above)."""
+    visible = [c for c in text if not c.isspace()]
+    if not visible:
+        return "whitespace_only"
+    letters = sum(c.isalpha() for c in visible)
+    if letters < MIN_LETTER_SHARE * len(visible):
+        return "punctuation_run"
+    if letters < MIN_SECRET_LETTERS:
+        return "few_letters"
+    if continuation is not None and not any(c.isalnum() for c in continuation):
+        return "continuation_without_letters"
+    return None
+
+
+def reject_degenerate(records: Sequence[dict]) -> tuple[list[dict], dict[str, int]]:
+    """(records that are not degenerate, count of rejected ones by reason — every reason listed)."""
+    kept: list[dict] = []
+    rejected = {reason: 0 for reason in DEGENERATE_REASONS}
+    for r in records:
+        reason = degenerate_reason(r["text"], r.get("continuation"))
+        if reason is None:
+            kept.append(r)
+        else:
+            rejected[reason] += 1
+    return kept, rejected
+
+
 def load_overrides(path: str | Path | None) -> dict[str, tuple[str, str]]:
     if path is None:
         return {}

@@ -1,0 +1,84 @@
+"""canaries: the audit canaries of ``params.canaries`` for the base's tokenizer → data/canaries/ (canaries.jsonl,
+meta.json) and metrics/canaries.json (counts and lengths, never token ids).
+
+m = ``canaries.n_canaries`` audit canaries whatever the draw; each is a member independently with probability
+1/2 (``membership`` and ``n_members`` are recorded). Before anything is written, the leak check looks for every
+canary that text could contain (all its tokens in the tokenizer's vocabulary — new-token canaries cannot occur
+anywhere) as a token sequence in the train, validation, test and public splits: a non-member seen in training,
+or any canary in pre-training or held-out text, would bias the audit. One found stops the stage with one line.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from empriv import paths
+from empriv.config import ConfigError, Params
+from empriv.pipeline.common import load_texts, load_tokenizer
+
+log = logging.getLogger("empriv.secrets")
+
+LEAK_SPLITS = ("train", "validation", "test", "public")
+
+
+def check_canary_leaks(canary_set, tokenizer, prepared_dir: Path = paths.PREPARED_DIR,
+                       encoded: dict | None = None) -> dict:
+    """Raise :class:`empriv.secrets.leaks.LeakError` if a canary occurs in a split; the check's record."""
+    from empriv.secrets.canaries import checkable_sequences
+    from empriv.secrets.leaks import check_no_leaks, find_token_leaks, leak_summary
+
+    sequences = checkable_sequences(canary_set, tokenizer.vocab_size)
+    if not sequences:
+        return leak_summary([], {}, 0)
+    encoded = dict(encoded or {})
+    for split in LEAK_SPLITS:
+        if split not in encoded:
+            encoded[split] = tokenizer.encode_batch(load_texts(split, prepared_dir))
+    leaks = find_token_leaks(sequences, encoded)
+    check_no_leaks(leaks, "canary")
+    return leak_summary(leaks, {s: len(v) for s, v in encoded.items()}, len(sequences))
+
+
+def main(params: Params, out_dir: str | Path = paths.CANARIES_DIR, metrics_path: str | Path = paths.CANARIES_METRICS,
+         prepared_dir: str | Path = paths.PREPARED_DIR):
+    from empriv.io import atomic_dir, write_json
+    from empriv.secrets.canaries import _generate_from_params
+    from empriv.stage import set_threads
+
+    set_threads(params)
+    cp = params.canaries
+    tok = load_tokenizer()
+    encoded: dict = {}
+    if cp.design in ("unigram", "bigram"):
+        encoded["train"] = tok.encode_batch(load_texts("train", prepared_dir))
+    if cp.prefix == "test":
+        encoded["test"] = tok.encode_batch(load_texts("test", prepared_dir))
+    base = None
+    if cp.design == "model":
+        from empriv.pipeline.common import load_base
+
+        base = load_base()
+        if base.get_input_embeddings().weight.shape[0] != tok.vocab_size:
+            raise ConfigError(f"the base model's vocabulary ({base.get_input_embeddings().weight.shape[0]}) "
+                              f"differs from the tokenizer's ({tok.vocab_size}): rebuild the base (dvc repro base)")
+    try:
+        cs = _generate_from_params(cp, tok.vocab_size, tok.eos_id, encoded.get("train"), encoded.get("test"), base,
+                                   params.base.seq_len)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    leak_record = check_canary_leaks(cs, tok, Path(prepared_dir), encoded)
+    with atomic_dir(out_dir) as tmp:
+        cs.save(tmp)
+    summary = {**cs.public_summary(), "leak_check": leak_record}
+    write_json(metrics_path, summary)
+    log.info("canaries: %d (%d members, %s) + %d population, design %s, prefix %s, loss %s; %d checked for leaks",
+             len(cs.audit), len(cs.members), cs.extra.get("membership"), len(cs.population), cs.design, cs.prefix,
+             cs.loss, leak_record["n_checked"])
+    return cs
+
+
+if __name__ == "__main__":
+    from empriv.stage import run_stage
+
+    run_stage(main)

@@ -1,0 +1,76 @@
+"""filter: the model-based secret filters (appendix B.6) after the cube's non-private runs →
+data/secrets_filtered.jsonl and metrics/filter.json (ids and counts, never text).
+
+This module loads the models (the base and every ε = ∞ run of the cube) and builds the ACR scorer from
+:mod:`empriv.score.acr` with the ``score.acr`` settings; :func:`empriv.secrets.filtering.filter_secrets`
+decides. With ``secrets.filter: false`` no model is loaded and the secrets pass through.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from empriv import paths
+from empriv.config import Params
+
+log = logging.getLogger("empriv.filter")
+
+
+def acr_scorer(params: Params, tokenizer):
+    """``acr(model, secret)``: the secret's ACR under ``model`` with the ``score.acr`` settings; a search that
+    finds no prompt measured nothing (no ACR value, only a bound) and counts as 0 (see the filtering module)."""
+    from empriv.score.acr import adversarial_compression_ratio, settings_from_params
+
+    settings = settings_from_params(params.score.acr)
+
+    def acr(model, secret: dict) -> float:
+        res = adversarial_compression_ratio(model, tokenizer.encode(secret["text"]), settings, key=secret["id"], progress=True)
+        return res.acr if res.success else 0.0
+
+    return acr
+
+
+def nonprivate_models(params: Params, runs_dir: Path = paths.RUNS_DIR) -> list:
+    from empriv.models.adapters import load_finetuned
+
+    models = []
+    for run in params.runs():
+        if not run.private:
+            path = Path(runs_dir) / run.name
+            if not path.exists():
+                raise FileNotFoundError(f"{path} (the non-private run {run.name} must be trained first)")
+            models.append(load_finetuned(path, paths.BASE_DIR))
+    return models
+
+
+def main(params: Params, secrets_path: str | Path = paths.SECRETS, out_path: str | Path = paths.FILTERED_SECRETS,
+         metrics_path: str | Path = paths.FILTER_METRICS) -> dict:
+    from empriv.io import read_jsonl, write_json, write_jsonl
+    from empriv.secrets.filtering import filter_secrets
+    from empriv.stage import set_threads
+
+    set_threads(params)
+    sp = params.secrets
+    secrets = read_jsonl(secrets_path)
+    models, base, tok, acr = [], None, None, None
+    if sp.filter:
+        from empriv.pipeline.common import load_base, load_tokenizer
+
+        tok = load_tokenizer()
+        base = load_base()
+        models = nonprivate_models(params)
+        acr = acr_scorer(params, tok)
+    kept, record = filter_secrets(secrets, models, base, tok, enabled=sp.filter, acr_min_finetuned=sp.acr_min_finetuned,
+                                  acr_max_base=sp.acr_max_base, acr=acr)
+    write_jsonl(out_path, kept)
+    metrics = {**record, "kept": [s["id"] for s in kept]}
+    write_json(metrics_path, metrics)
+    log.info("secret filters %s: %d of %d secrets kept", "ran" if record["enabled"] else "disabled", len(kept), len(secrets))
+    return metrics
+
+
+if __name__ == "__main__":
+    from empriv.stage import run_stage
+
+    run_stage(main)

@@ -1,0 +1,92 @@
+"""secrets: the secrets of the corpus → data/secrets.jsonl, data/heldout/{validation,test}.jsonl (the held-out
+splits without any sample that contains a secret) and metrics/secrets.json (ids and counts, never text).
+
+The leak check runs before anything is written: no secret may occur in the public split, nor in the
+validation/test splits — for real Enron, whose held-out e-mails naturally repeat its signatures and
+disclaimers, in the held-out splits as written (without the samples containing one); for every other
+source in the prepared splits themselves. A leak stops the stage with one line naming ids, splits, counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from empriv import paths
+from empriv.config import ConfigError, Params
+from empriv.pipeline.common import load_texts, load_tokenizer
+
+log = logging.getLogger("empriv.secrets")
+
+
+def _read(path: Path) -> list[dict]:
+    from empriv.io import read_jsonl
+
+    if not path.exists():
+        raise ConfigError(f"{path} does not exist: run the prepare stage first (dvc repro prepare)")
+    return read_jsonl(path)
+
+
+def build(params: Params, tokenizer, prepared_dir: Path = paths.PREPARED_DIR) -> tuple[list[dict], dict]:
+    """(secret records, info) of ``data.source``."""
+    from empriv.secrets import build as sb
+    from empriv.secrets.mining import load_overrides
+
+    sp, seq_len, source = params.secrets, params.base.seq_len, params.data.source
+    train_texts = load_texts("train", prepared_dir)
+    overrides = load_overrides(sp.overrides)
+    if source == "synthetic-enron":
+        planted = _read(Path(prepared_dir) / paths.PLANTED_SECRETS.name)
+        return sb.planted_secrets(planted, train_texts, tokenizer, seq_len, sp.split_rule, sp.min_continuation_chars,
+                                  overrides), {}
+    if source == "enron":
+        return sb.mined_secrets(train_texts, load_texts("public", prepared_dir), tokenizer, seq_len, ngram=sp.ngram,
+                                top_k=sp.top_k, min_count=sp.min_count, split_rule=sp.split_rule,
+                                min_continuation_chars=sp.min_continuation_chars,
+                                min_in_window_fraction=sp.min_in_window_fraction, overrides=overrides)
+    from empriv.data.tofu import QARecord
+
+    authors = [QARecord(r["question"], r["answer"]) for r in _read(Path(prepared_dir) / paths.TOFU_AUTHORS.name)]
+    planted_path = Path(prepared_dir) / paths.PLANTED_SECRETS.name
+    planted = _read(planted_path) if planted_path.exists() else None
+    return sb.tofu_secrets(authors, planted, train_texts, tokenizer)
+
+
+def main(params: Params, out_path: str | Path = paths.SECRETS, metrics_path: str | Path = paths.SECRETS_METRICS,
+         heldout_dir: str | Path = paths.HELDOUT_DIR, prepared_dir: str | Path = paths.PREPARED_DIR) -> list[dict]:
+    from empriv.io import atomic_dir, write_json, write_jsonl
+    from empriv.secrets.build import held_out, leak_text, public_view
+    from empriv.secrets.leaks import check_no_leaks, find_leaks
+
+    records, info = build(params, load_tokenizer(), Path(prepared_dir))
+    source = params.data.source
+    if not records:
+        raise ConfigError(f"no secret found in the {source} training split: nothing to measure")
+    prepared = {split: _read(paths.split_path(split, prepared_dir)) for split in ("validation", "test")}
+    kept = {split: held_out(rows, records) for split, rows in prepared.items()}
+    # Real Enron's validation/test naturally hold its recurring strings: they are checked as written (without the
+    # samples that contain one). Every other source's prepared splits must hold none at all.
+    evaluated = kept if source == "enron" else prepared
+    checked = {"public": load_texts("public", prepared_dir), **{s: [r["text"] for r in rows] for s, rows in evaluated.items()}}
+    check_no_leaks(find_leaks({r["id"]: leak_text(r) for r in records}, checked))
+    with atomic_dir(heldout_dir) as tmp:
+        for split, rows in kept.items():
+            write_jsonl(Path(tmp) / f"{split}.jsonl", rows)
+    write_jsonl(out_path, records)
+    held = {split: {"dropped": len(prepared[split]) - len(kept[split]), "kept": len(kept[split])} for split in kept}
+    write_json(metrics_path, {"n_secrets": len(records), **info, "held_out_samples_with_a_secret": held,
+                              "leak_check": {"n_checked": len(records), "splits": {s: len(t) for s, t in checked.items()},
+                                             "n_leaks": 0},
+                              "secrets": [public_view(r) for r in records]})
+    low = [r["id"] for r in records if r["in_window_fraction"] is not None and r["in_window_fraction"] < 1.0]
+    if low:
+        log.warning("secrets %s are cut off by the %d-token window in some samples", low, params.base.seq_len)
+    log.info("%d secrets, frequencies %.3f%%–%.3f%%", len(records),
+             100 * min(r["frequency"] for r in records), 100 * max(r["frequency"] for r in records))
+    return records
+
+
+if __name__ == "__main__":
+    from empriv.stage import run_stage
+
+    run_stage(main)
