@@ -1,9 +1,14 @@
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path, monkeypatch):
-    """Never touch the user's accounting cache."""
-    d = tmp_path / "cache"
-    monkeypatch.setenv("EMPRIV_CACHE_DIR", str(d))
-    return d
+@pytest.fixture
+def cache_dir(tmp_path):
+    """A fresh calibration cache directory (the library has no default cache: nothing else is touched)."""
+    return tmp_path / "calibration"
+
+
+@pytest.fixture
+def cache(cache_dir):
+    from empriv.privacy.cache import CalibrationCache
+
+    return CalibrationCache(cache_dir)

@@ -1,7 +1,6 @@
 import json
 import logging
 import math
-import time
 import warnings
 
 import pytest
@@ -20,7 +19,27 @@ SMALL = (2.0, 1e-4, 0.05, 32)
 
 
 def test_registry_names():
-    assert set(ACCOUNTANTS) == {"prv", "rdp", "pld"}
+    assert A.ACCOUNTANT_NAMES == ("prv", "rdp", "pld") == tuple(ACCOUNTANTS)
+    for name, acc in ACCOUNTANTS.items():
+        assert isinstance(acc, A.Accountant) and acc.name == name and acc.description and acc.libraries
+        assert acc.fallback is None or acc.fallback in ACCOUNTANTS
+
+
+def test_config_accountant_choices_are_the_registry():
+    """config may not import privacy, so it spells the names out; they must be the registry's."""
+    import typing
+
+    from empriv.config import PrivacyParams
+
+    choices = typing.get_args(PrivacyParams.model_fields["accountant"].annotation)
+    assert set(choices) == set(A.ACCOUNTANT_NAMES)
+    assert PrivacyParams().accountant in A.ACCOUNTANT_NAMES
+
+
+def test_cli_choices_are_the_registry():
+    from empriv.privacy import cli
+
+    assert cli.ACCOUNTANT_NAMES is A.ACCOUNTANT_NAMES
 
 
 def test_fast_prv_matches_prv_accountant_library():
@@ -137,36 +156,46 @@ def test_no_fallback_normally():
     assert cal.accountant == "prv" and cal.fallback_reason is None
 
 
-def test_cache_hit_same_and_fast(_isolated_cache, monkeypatch):
-    t = time.perf_counter()
-    a = calibrate_noise_multiplier(*CFG)
-    first = time.perf_counter() - t
-    files = list(_isolated_cache.glob("*.json"))
-    assert len(files) == 1
-    calls = []
-    monkeypatch.setattr(A, "_calibrate_with", lambda *x: calls.append(x))
-    t = time.perf_counter()
-    b = calibrate_noise_multiplier(*CFG)
-    second = time.perf_counter() - t
-    assert a == b and not calls
-    assert second < max(0.05, first / 5)
-    assert json.loads(files[0].read_text())["noise_multiplier"] == a.noise_multiplier
-
-
-def test_cache_key_depends_on_inputs(_isolated_cache):
+def test_no_cache_by_default_and_cache_true_rejected(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
     calibrate_noise_multiplier(*SMALL)
-    calibrate_noise_multiplier(*SMALL, accountant="rdp")
-    calibrate_noise_multiplier(SMALL[0], SMALL[1], SMALL[2], SMALL[3] + 1)
-    assert len(list(_isolated_cache.glob("*.json"))) == 3
+    assert list(tmp_path.rglob("*.json")) == []  # the library writes no cache anywhere unless given one
+    with pytest.raises(ValueError, match="cache must be a CalibrationCache, a directory or None"):
+        calibrate_noise_multiplier(*SMALL, cache=True)
 
 
-def test_corrupt_cache_entry_is_recomputed(_isolated_cache):
-    a = calibrate_noise_multiplier(*SMALL)
-    (f,) = _isolated_cache.glob("*.json")
-    f.write_text("{not json")
-    b = calibrate_noise_multiplier(*SMALL)
+def test_cache_stores_one_entry_and_hit_is_identical(cache, cache_dir):
+    a = calibrate_noise_multiplier(*CFG, cache=cache)
+    files = list(cache_dir.glob("*.json"))
+    assert len(files) == 1
+    entry = json.loads(files[0].read_text())
+    assert entry["calibration"]["noise_multiplier"] == a.noise_multiplier
+    assert entry["key"]["request"] == {"epsilon": 4.0, "delta": 1e-6, "sample_rate": 0.0227, "steps": 300,
+                                       "accountant": "prv", "tolerance": 1e-3}
+    assert entry["key"]["versions"] == A.code_versions()
+    b = calibrate_noise_multiplier(*CFG, cache=str(cache_dir))  # a directory works as well
     assert a == b
-    assert json.loads(f.read_text())["noise_multiplier"] == a.noise_multiplier
+    assert list(cache_dir.glob("*.json")) == files
+
+
+def test_cache_key_depends_on_inputs(cache, cache_dir):
+    calibrate_noise_multiplier(*SMALL, cache=cache)
+    calibrate_noise_multiplier(*SMALL, accountant="rdp", cache=cache)
+    calibrate_noise_multiplier(SMALL[0], SMALL[1], SMALL[2], SMALL[3] + 1, cache=cache)
+    calibrate_noise_multiplier(*SMALL, tolerance=2e-3, cache=cache)
+    assert len(list(cache_dir.glob("*.json"))) == 4
+
+
+def test_corrupt_cache_entry_is_recomputed(cache, cache_dir, caplog):
+    a = calibrate_noise_multiplier(*SMALL, cache=cache)
+    (f,) = cache_dir.glob("*.json")
+    f.write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="empriv.privacy"):
+        b = calibrate_noise_multiplier(*SMALL, cache=cache)
+    assert a == b
+    assert any(str(f) in r.getMessage() and "unreadable" in r.getMessage() for r in caplog.records)
+    assert json.loads(f.read_text())["calibration"]["noise_multiplier"] == a.noise_multiplier
 
 
 @pytest.mark.parametrize("kwargs,field", [

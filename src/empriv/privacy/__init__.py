@@ -4,9 +4,11 @@ Importing this package is cheap: numerical libraries are imported lazily.
 """
 
 from empriv.privacy.accounting import (
+    ACCOUNTANT_NAMES,
     ACCOUNTANTS,
     AccountingError,
     Calibration,
+    CalibrationCache,
     calibrate_noise_multiplier,
     delta_for,
     epsilon_for,
@@ -14,8 +16,10 @@ from empriv.privacy.accounting import (
 
 __all__ = [
     "ACCOUNTANTS",
+    "ACCOUNTANT_NAMES",
     "AccountingError",
     "Calibration",
+    "CalibrationCache",
     "calibrate_noise_multiplier",
     "delta_for",
     "epsilon_for",

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-ACCOUNTANT_NAMES = ("prv", "rdp", "pld")
+from empriv.privacy.accountants import ACCOUNTANT_NAMES
 
 
 def _common(p: argparse.ArgumentParser, *, sigma: bool) -> None:
@@ -31,9 +31,11 @@ def add_privacy_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, required=True)
     p.add_argument("--delta", type=float, required=True)
     _common(p, sigma=False)
-    p.add_argument("--accountant", default="prv", help="prv (default), rdp or pld")
+    p.add_argument("--accountant", default="prv", help=f"one of {', '.join(ACCOUNTANT_NAMES)} (default prv)")
     p.add_argument("--tolerance", type=float, default=1e-3, help="relative tolerance on σ")
-    p.add_argument("--no-cache", action="store_true", help="do not use the disk cache")
+    p.add_argument("--cache", metavar="DIR", default=None,
+                   help="calibration cache directory (every hit re-verified; default: no cache)")
+    p.add_argument("--no-cache", action="store_true", help="do not use a cache (the default; overrides --cache)")
     p.set_defaults(privacy_func=_cmd_calibrate)
 
     p = sub.add_parser("epsilon", help="ε at δ for a given σ, for every accountant")
@@ -81,7 +83,7 @@ def _cmd_calibrate(args) -> None:
 
     cal = calibrate_noise_multiplier(args.epsilon, args.delta, args.sample_rate, args.steps,
                                      args.accountant, tolerance=args.tolerance,
-                                     cache=not args.no_cache)
+                                     cache=None if args.no_cache else args.cache)
     eps = _all_eps(cal.noise_multiplier, cal.sample_rate, cal.steps, cal.delta)
     data = {**cal.to_dict(), "epsilons": eps}
     lines = [
@@ -107,7 +109,7 @@ def _cmd_epsilon(args) -> None:
 
 
 def _cmd_profile(args) -> None:
-    from empriv.privacy.accounting import _check_accountant
+    from empriv.privacy.checks import _check_accountant
     from empriv.privacy.profiles import profiles
 
     for a in args.accountants:

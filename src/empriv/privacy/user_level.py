@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import math
 
-from empriv.privacy.accounting import (
-    AccountingError,
-    Calibration,
+from empriv.privacy.calibration import Calibration, calibrate_noise_multiplier
+from empriv.privacy.checks import (
     _check_delta,
     _check_epsilon,
     _check_sample_rate,
     _check_sigma,
     _check_steps,
     _check_tolerance,
-    _solve_smallest_sigma,
-    calibrate_noise_multiplier,
 )
+from empriv.privacy.errors import AccountingError
+from empriv.privacy.search import _solve_smallest_sigma
 
 #: PLD grid used for the mixture-of-Gaussians accounting (as in the paper: 1e-2..1e-3).
 MOG_VALUE_DISCRETIZATION = 1e-3

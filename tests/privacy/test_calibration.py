@@ -1,0 +1,99 @@
+"""Calibration at large ε: correct (calibrate → forward accounting round trip, two independent accountants
+agree) for every ε up to the bound, and a one-line error, without allocating, beyond it."""
+
+import math
+import tracemalloc
+
+import pytest
+
+from empriv.privacy.accounting import (
+    ACCOUNTANTS,
+    MAX_EPSILON,
+    AccountingError,
+    calibrate_noise_multiplier,
+    epsilon_for,
+    verify_calibration,
+)
+
+DELTA = 1.5e-4  # the default cube's δ = n^-1.1 at n = 3000 is 1.5e-4
+TOL = 1e-3
+
+
+def _round_trip(eps, q, steps, pld_grid=None):
+    cal = calibrate_noise_multiplier(eps, DELTA, q, steps, tolerance=TOL)
+    forward = epsilon_for(cal.noise_multiplier, q, steps, DELTA, cal.accountant)
+    assert forward == pytest.approx(cal.epsilon, rel=1e-9)
+    assert eps * 0.99 < forward <= eps
+    assert verify_calibration(cal, TOL) is None  # and σ is the smallest to the tolerance
+    # PRV (our implementation) and PLD (dp-accounting) are independent: they agree at the calibrated σ
+    if cal.accountant == "prv":
+        other = ACCOUNTANTS["pld"].epsilon(cal.noise_multiplier, q, steps, DELTA, vdi=pld_grid)
+    else:
+        other = ACCOUNTANTS["prv"].epsilon(cal.noise_multiplier, q, steps, DELTA)
+    assert other == pytest.approx(forward, rel=2e-3)
+    return cal
+
+
+@pytest.mark.parametrize("eps,q,steps", [(50.0, 0.5, 100), (100.0, 0.05, 100), (100.0, 1e-3, 100)])
+def test_large_epsilon_round_trip(eps, q, steps):
+    cal = _round_trip(eps, q, steps, pld_grid=1e-3)  # a 10x coarser PLD grid: still within 2e-4 here
+    assert cal.accountant == "prv" and 0.05 < cal.noise_multiplier < 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eps", [50.0, 100.0])
+@pytest.mark.parametrize("q", [1e-3, 0.05, 0.5])
+@pytest.mark.parametrize("steps", [1, 100, 10_000])
+def test_large_epsilon_round_trip_over_the_cube_range(eps, q, steps):
+    _round_trip(eps, q, steps)
+
+
+def test_epsilon_bound_matches_the_config():
+    from empriv.config import EPSILON_MAX
+
+    assert MAX_EPSILON == 100.0
+    assert EPSILON_MAX <= MAX_EPSILON  # every ε the params accept can be calibrated
+
+
+@pytest.mark.parametrize("eps", [1e9, 1000.0, math.nextafter(MAX_EPSILON, math.inf)])
+def test_absurd_epsilon_fails_fast_with_one_line(eps):
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError) as info:
+            calibrate_noise_multiplier(eps, DELTA, 0.05, 100)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    msg = str(info.value)
+    assert msg.startswith("epsilon must be <= 100") and repr(eps) in msg and "\n" not in msg
+    assert peak < 10 * 2**20
+
+
+def test_tiny_noise_multiplier_is_refused_before_allocating():
+    """σ = 1e-3 (what ε = 1e9 used to reach): PRV and then its fallback PLD refuse by estimate."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(AccountingError) as info:
+            epsilon_for(1e-3, 0.05, 100, 1e-5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    msg = str(info.value)
+    assert msg.startswith("pld accountant:") and "GiB" in msg and "noise_multiplier=0.001" in msg
+    assert "\n" not in msg
+    assert peak < 64 * 2**20
+    with pytest.raises(AccountingError, match="quadrature would need"):
+        ACCOUNTANTS["prv"].epsilon(1e-3, 0.05, 100, 1e-5)
+
+
+def test_prv_refuses_a_domain_beyond_float64_instead_of_reporting_709():
+    # σ = 0.05 at q = 0.05, T = 100 has ε in the thousands (RDP bound ~1.9e4): PRV's grid would overflow exp()
+    with pytest.raises(AccountingError, match=r"half-width .* \(> 700, the float64 exponent range\)"):
+        ACCOUNTANTS["prv"].epsilon(0.05, 0.05, 100, 1e-5)
+    assert ACCOUNTANTS["rdp"].epsilon(0.05, 0.05, 100, 1e-5) > 1e4
+
+
+def test_pld_refuses_a_composition_beyond_the_memory_limit():
+    # one step at a coarse grid is small (~1.5e5 points); its 10^4-fold composition would be ~5e7 points
+    with pytest.raises(AccountingError, match=r"pld accountant: the 10000-fold composition would need .* GiB"):
+        ACCOUNTANTS["pld"].epsilon(0.1, 0.5, 10_000, 1e-5, vdi=1e-3)
