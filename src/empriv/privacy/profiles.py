@@ -17,16 +17,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from empriv.privacy.accounting import (
-    ACCOUNTANTS,
-    AccountingError,
+from empriv.privacy.accountants import ACCOUNTANT_NAMES, ACCOUNTANTS
+from empriv.privacy.checks import (
     _check_accountant,
     _check_delta,
+    _check_epsilon,
     _check_sample_rate,
     _check_sigma,
     _check_steps,
-    epsilon_for,
 )
+from empriv.privacy.errors import AccountingError
+from empriv.privacy.forward import with_fallback
 
 #: default δ grid: 1e-10 .. 1e-1, 4 points per decade
 DEFAULT_DELTAS: tuple[float, ...] = tuple(10.0 ** (-10 + i / 4) for i in range(37))
@@ -34,17 +35,21 @@ DEFAULT_DELTAS: tuple[float, ...] = tuple(10.0 ** (-10 + i / 4) for i in range(3
 
 def epsilon_profile(noise_multiplier, sample_rate, steps, deltas: Sequence[float] = DEFAULT_DELTAS,
                     accountant: str = "prv") -> list[float]:
-    """ε(δ) for each δ in ``deltas`` (upper bounds; PRV falls back to PLD where needed)."""
+    """ε(δ) for each δ in ``deltas`` (upper bounds; PRV falls back to PLD where it cannot answer)."""
     s = _check_sigma(noise_multiplier)
     q = _check_sample_rate(sample_rate)
     t = _check_steps(steps)
     ds = [_check_delta(d, "deltas") for d in deltas]
     _check_accountant(accountant)
-    if accountant == "pld":
-        # One PLD serves every δ.
-        pld = ACCOUNTANTS["pld"]._pld(s, q, t)
-        return [float(pld.get_epsilon_for_delta(d)) for d in ds]
-    return [epsilon_for(s, q, t, d, accountant) for d in ds]
+    if not ds:
+        return []
+    try:  # one call: PLD composes once for every δ
+        return ACCOUNTANTS[accountant].epsilons(s, q, t, ds)
+    except AccountingError:
+        if ACCOUNTANTS[accountant].fallback is None:
+            raise
+    # the accountant cannot answer at some δ: per δ, with its fallback (logged)
+    return [with_fallback(accountant, lambda a, d=d: a.epsilon(s, q, t, d))[0] for d in ds]
 
 
 def moments_accountant_epsilon(noise_multiplier, sample_rate, steps, delta) -> tuple[float, bool]:
@@ -72,7 +77,7 @@ def calibrate_moments_accountant(epsilon, delta, sample_rate, steps) -> float:
     σ = q·sqrt(T / ((1 − q)·a)) (σ = sqrt(T / (2a)) when q = 1). Since the whole profile depends on
     (σ, q, T) only through a, every configuration calibrated to the same (ε, δ) has the same profile.
     """
-    e = _check_sigma(epsilon)  # same checks: > 0 and finite
+    e = _check_epsilon(epsilon)
     q = _check_sample_rate(sample_rate)
     t = _check_steps(steps)
     d = _check_delta(delta)
@@ -82,7 +87,7 @@ def calibrate_moments_accountant(epsilon, delta, sample_rate, steps) -> float:
 
 
 def profiles(noise_multiplier, sample_rate, steps, deltas: Sequence[float] = DEFAULT_DELTAS,
-             accountants: Sequence[str] = ("prv", "rdp", "pld"), moments: bool = True) -> dict:
+             accountants: Sequence[str] = ACCOUNTANT_NAMES, moments: bool = True) -> dict:
     """{accountant: [ε(δ) ...]} for several accountants (+ "moments" closed form)."""
     out: dict[str, list[float]] = {}
     for name in accountants:
@@ -95,33 +100,31 @@ def profiles(noise_multiplier, sample_rate, steps, deltas: Sequence[float] = DEF
     return out
 
 
-__all__ = [
-    "DEFAULT_DELTAS",
-    "epsilon_profile",
-    "calibrate_moments_accountant",
-    "moments_accountant_epsilon",
-    "moments_accountant_profile",
-    "profiles",
-]
+# ----------------------------------------------------------------------------- profiles of a cube
+N_STAGE_DELTAS = 25  # δ grid of the cube's profiles: log-spaced over [δ*·1e-4, min(0.5, δ*·1e3)], plus δ*
+PROFILE_COLUMNS = ("target_epsilon", "config", "accountant", "noise_multiplier", "delta", "epsilon")
 
 
-# ----------------------------------------------------------------------------- the profiles stage
-PROFILE_DIR = "plots/profiles"
-N_STAGE_DELTAS = 25  # δ grid of the stage: log-spaced over [δ*·1e-4, min(0.5, δ*·1e3)], plus δ*
+def cube_deltas(delta: float, n: int = N_STAGE_DELTAS) -> list[float]:
+    """The δ grid of a cube's profiles around the target δ* (which it contains)."""
+    d = _check_delta(delta)
+    lo, hi = math.log10(d) - 4, math.log10(min(0.5, d * 1e3))
+    return sorted({10 ** (lo + (hi - lo) * i / (n - 1)) for i in range(n)} | {d})
 
 
-def cube_profiles(epsilons, batch_sizes, steps_list, n: int, delta: float, accountant: str = "prv") -> list[dict]:
+def cube_profiles(epsilons, batch_sizes, steps_list, n: int, delta: float, accountant: str = "prv", *,
+                  cache=None) -> list[dict]:
     """ε(δ) rows for every finite (ε, b, T) of a cube, each calibrated to (ε, δ) with q = b/n.
 
     Rows: target_epsilon, config, accountant, delta, epsilon, noise_multiplier. With the numerical
     accountant (``accountant``), all profiles of one target ε pass through (ε, δ) and cross there:
     same guarantee at δ, different curves elsewhere. Rows with accountant ``moments`` calibrate σ with
     the closed-form moments accountant instead: those profiles coincide (the research's Fig. 11).
+    ``cache``: a calibration cache (see :func:`empriv.privacy.calibration.calibrate_noise_multiplier`).
     """
-    from empriv.privacy.accounting import calibrate_noise_multiplier
+    from empriv.privacy.calibration import calibrate_noise_multiplier
 
-    lo, hi = math.log10(delta) - 4, math.log10(min(0.5, delta * 1e3))
-    deltas = sorted({10 ** (lo + (hi - lo) * i / (N_STAGE_DELTAS - 1)) for i in range(N_STAGE_DELTAS)} | {delta})
+    deltas = cube_deltas(delta)
     rows = []
     for eps in epsilons:
         if not math.isfinite(eps):
@@ -129,7 +132,7 @@ def cube_profiles(epsilons, batch_sizes, steps_list, n: int, delta: float, accou
         for b in batch_sizes:
             for t in steps_list:
                 q = min(1.0, b / n)
-                cal = calibrate_noise_multiplier(eps, delta, q, t, accountant)
+                cal = calibrate_noise_multiplier(eps, delta, q, t, accountant, cache=cache)
                 name = f"b{b}-T{t}"
                 for d, e in zip(deltas, epsilon_profile(cal.noise_multiplier, q, t, deltas, cal.accountant)):
                     rows.append({"target_epsilon": eps, "config": name, "accountant": cal.accountant, "delta": d,
@@ -141,51 +144,68 @@ def cube_profiles(epsilons, batch_sizes, steps_list, n: int, delta: float, accou
     return rows
 
 
-def write_profile_plots(rows: list[dict], delta: float, out_dir: str = PROFILE_DIR) -> list[str]:
-    """One PNG per target ε (solid: calibrated accountant; dashed: moments accountant) + profiles.csv."""
+def profiles_csv(rows: list[dict]) -> str:
+    """The rows as CSV text (columns :data:`PROFILE_COLUMNS`; δ and ε in fixed formats)."""
     import csv
     import io
-    from pathlib import Path
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(PROFILE_COLUMNS), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({**r, "delta": f"{r['delta']:.6e}", "epsilon": f"{r['epsilon']:.6f}",
+                    "noise_multiplier": f"{r['noise_multiplier']:.6f}"})
+    return buf.getvalue()
+
+
+def profile_figures(rows: list[dict], delta: float) -> dict[str, bytes]:
+    """One PNG per target ε, ``{"eps<ε>.png": bytes}`` (left: the calibrated accountant's profiles, crossing
+    at the target; right: the closed-form moments accountant's, which coincide)."""
+    import io
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from empriv.io import atomic_dir
+    figures = {}
+    for eps in sorted({r["target_epsilon"] for r in rows}):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+        mine = [r for r in rows if r["target_epsilon"] == eps]
+        numerical = next(r["accountant"] for r in mine if r["accountant"] != "moments")
+        for ax, acc in zip(axes, (numerical, "moments")):
+            sel = [r for r in mine if r["accountant"] == acc]
+            for i, config in enumerate(sorted({r["config"] for r in sel})):
+                pts = [r for r in sel if r["config"] == config]
+                ax.plot([p["delta"] for p in pts], [p["epsilon"] for p in pts], color=f"C{i % 10}",
+                        linewidth=3.5 - 0.6 * i if acc == "moments" else 1.6,
+                        label=f"{config} (σ {pts[0]['noise_multiplier']:.3f})")
+            ax.plot([delta], [eps], "k*", markersize=11, label=f"target (ε={eps:g}, δ={delta:.2g})")
+            ax.set_xscale("log")
+            ax.set_xlabel("δ")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+            ax.set_title(f"{acc} accountant: profiles cross at the target" if acc != "moments"
+                         else "closed-form moments accountant: profiles coincide", fontsize=9)
+        axes[0].set_ylabel("ε(δ)")
+        fig.suptitle(f"Privacy profiles of the configurations calibrated to ε = {eps:g}", fontsize=10)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        figures[f"eps{eps:g}.png"] = buf.getvalue()
+    return figures
 
-    written = []
-    with atomic_dir(out_dir) as tmp:
-        with open(Path(tmp) / "profiles.csv", "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=["target_epsilon", "config", "accountant", "noise_multiplier", "delta", "epsilon"], lineterminator="\n")
-            w.writeheader()
-            for r in rows:
-                w.writerow({**r, "delta": f"{r['delta']:.6e}", "epsilon": f"{r['epsilon']:.6f}",
-                            "noise_multiplier": f"{r['noise_multiplier']:.6f}"})
-        for eps in sorted({r["target_epsilon"] for r in rows}):
-            fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-            mine = [r for r in rows if r["target_epsilon"] == eps]
-            numerical = next(r["accountant"] for r in mine if r["accountant"] != "moments")
-            for ax, acc in zip(axes, (numerical, "moments")):
-                sel = [r for r in mine if r["accountant"] == acc]
-                for i, config in enumerate(sorted({r["config"] for r in sel})):
-                    pts = [r for r in sel if r["config"] == config]
-                    ax.plot([p["delta"] for p in pts], [p["epsilon"] for p in pts], color=f"C{i % 10}",
-                            linewidth=3.5 - 0.6 * i if acc == "moments" else 1.6,
-                            label=f"{config} (σ {pts[0]['noise_multiplier']:.3f})")
-                ax.plot([delta], [eps], "k*", markersize=11, label=f"target (ε={eps:g}, δ={delta:.2g})")
-                ax.set_xscale("log")
-                ax.set_xlabel("δ")
-                ax.grid(True, which="both", alpha=0.3)
-                ax.legend(fontsize=7)
-                ax.set_title(f"{acc} accountant: profiles cross at the target" if acc != "moments"
-                             else "closed-form moments accountant: profiles coincide", fontsize=9)
-            axes[0].set_ylabel("ε(δ)")
-            fig.suptitle(f"Privacy profiles of the configurations calibrated to ε = {eps:g}", fontsize=10)
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
-            plt.close(fig)
-            name = f"eps{eps:g}.png"
-            (Path(tmp) / name).write_bytes(buf.getvalue())
-            written.append(name)
-    return written
+
+__all__ = [
+    "DEFAULT_DELTAS",
+    "PROFILE_COLUMNS",
+    "cube_deltas",
+    "cube_profiles",
+    "profile_figures",
+    "profiles_csv",
+    "epsilon_profile",
+    "calibrate_moments_accountant",
+    "moments_accountant_epsilon",
+    "moments_accountant_profile",
+    "profiles",
+]
