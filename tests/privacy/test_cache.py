@@ -80,6 +80,18 @@ def test_too_large_sigma_is_not_accepted(fresh, plausible):
     assert "above the target" in verify_calibration(small, TOL)
 
 
+@pytest.mark.parametrize("field,value,reason", [
+    ("accountant", "rdp", "not 'prv' or one of its fallbacks"),  # a looser accountant's σ is not this calibration
+    ("accountant", "xyz", "unknown accountant"),
+    ("noise_multiplier", "0.5", "not a finite number"),
+    ("epsilon", None, "not a finite number"),
+    ("noise_multiplier", 0.0, "not > 0"),
+])
+def test_malformed_calibration_is_rejected(plausible, field, value, reason):
+    bad = Calibration(**{**plausible.to_dict(), field: value})
+    assert reason in verify_calibration(bad, TOL)
+
+
 def test_good_entry_is_used(cache, plausible, caplog):
     key = entry_key(_request(), code_versions())
     cache.store(key, plausible.to_dict())

@@ -73,9 +73,19 @@ def verify_calibration(cal: Calibration, tolerance: float) -> str | None:
     """
     if cal.accountant not in ACCOUNTANT_NAMES:
         return f"unknown accountant {cal.accountant!r}"
+    chain, name = [], cal.requested_accountant
+    while name in ACCOUNTANT_NAMES and name not in chain:
+        chain.append(name)
+        name = ACCOUNTANTS[name].fallback
+    if cal.accountant not in chain:
+        return f"accountant {cal.accountant!r} is not {cal.requested_accountant!r} or one of its fallbacks"
+    for field in ("noise_multiplier", "epsilon"):
+        value = getattr(cal, field)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < math.inf):
+            return f"{field} {value!r} is not a finite number >= 0"
     sigma = cal.noise_multiplier
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not (0 < sigma < math.inf):
-        return f"noise_multiplier {sigma!r} is not a positive number"
+    if sigma <= 0:
+        return f"noise_multiplier {sigma!r} is not > 0"
     acc = ACCOUNTANTS[cal.accountant]
     target, args = cal.target_epsilon, (cal.sample_rate, cal.steps, cal.delta)
     try:
