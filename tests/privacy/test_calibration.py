@@ -28,9 +28,10 @@ def _round_trip(eps, q, steps, pld_grid=None):
     # PRV (our implementation) and PLD (dp-accounting) are independent: they agree at the calibrated σ
     if cal.accountant == "prv":
         other = ACCOUNTANTS["pld"].epsilon(cal.noise_multiplier, q, steps, DELTA, vdi=pld_grid)
-    else:
-        other = ACCOUNTANTS["prv"].epsilon(cal.noise_multiplier, q, steps, DELTA)
-    assert other == pytest.approx(forward, rel=2e-3)
+        assert other == pytest.approx(forward, rel=2e-3)
+    else:  # PLD answered because PRV's grid is too large here (q = 1e-3, T = 10^4): RDP's looser bound sits above
+        assert cal.fallback_reason.startswith("prv failed: prv accountant:")
+        assert forward < ACCOUNTANTS["rdp"].epsilon(cal.noise_multiplier, q, steps, DELTA) < 1.5 * forward
     return cal
 
 
