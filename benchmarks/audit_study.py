@@ -55,13 +55,13 @@ def main() -> int:
     from empriv.audit.canary_audit import audit_canaries, reference_model
     from empriv.config import parse_params, read_yaml
     from empriv.config import RunConfig
-    from empriv.models.base import make_base, make_tokenizer
+    from empriv.models.lm import encode_fixed
     from empriv.models.tokenizer import Tokenizer
-    from empriv.data.prepare import prepare
+    from empriv.pipeline import base as base_stage, prepare as prepare_stage, tokenizer as tokenizer_stage
+    from empriv.pipeline.common import load_texts
     from empriv.secrets.canaries import _generate_from_params
-    from empriv.data.splits import load_texts
     from empriv.models.registry import load_model
-    from empriv.train.with_canaries import train_model
+    from empriv.train.finetune import train_model
 
     torch.set_num_threads(args.threads)
     raw = read_yaml(ROOT / "params.yaml")
@@ -75,13 +75,14 @@ def main() -> int:
     params = parse_params(raw)
     t0 = time.time()
     if not Path("models/base/model.safetensors").exists():
-        prepare(params)
-        make_tokenizer(params)
-        make_base(params)
+        prepare_stage.main(params)
+        tokenizer_stage.main(params)
+        base_stage.main(params)
         print(f"prepared data, tokenizer and base in {time.time() - t0:.0f} s", file=sys.stderr)
     tok = Tokenizer.load("models/tokenizer")
     train_lists = tok.encode_batch(load_texts("train"))
     base = load_model("models/base")
+    train_ids, train_mask = encode_fixed(train_lists, tok.eos_id, params.base.seq_len)
 
     results = []
     out_path = work / args.out
@@ -95,8 +96,9 @@ def main() -> int:
             for eps in epsilons:
                 run = RunConfig(eps, args.batch_size, args.steps, args.learning_rate, seed)
                 t = time.time()
-                model, tm = train_model(params, run, canaries=cs, job_type="audit-study")
-                m, _ = audit_canaries(model, reference_model(cs), cs, eos_id=tok.eos_id, seq_len=params.base.seq_len,
+                model, tm = train_model(params, run, load_model("models/base"), train_ids, train_mask, canaries=cs,
+                                        tokenizer=tok, job_type="audit-study")
+                m, _ = audit_canaries(model, reference_model(load_model("models/base"), cs), cs, eos_id=tok.eos_id, seq_len=params.base.seq_len,
                                       delta=args.delta, tokenizer=tok, guesses=args.guesses)
                 row = {"design": design, "loss": loss, "secret_length": length, "seed": seed, "epsilon": "inf" if math.isinf(eps) else eps,
                        "sigma": tm["noise_multiplier"], "q": tm["sample_rate"], "n": tm["n"], "delta": tm["delta"],

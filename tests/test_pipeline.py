@@ -49,7 +49,6 @@ def _env(tmp: Path) -> dict:
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["WANDB_MODE"] = "offline"
-    env["EMPRIV_CACHE_DIR"] = str(tmp / "accounting-cache")
     env.pop("WANDB_API_KEY", None)
     return env
 
@@ -234,11 +233,11 @@ def test_no_secret_reaches_wandb_or_logs(repo):
 def test_second_repro_is_a_no_op_and_one_cube_change_reruns_only_it(repo):
     work, env, _ = repo
     again = _run(["dvc", "repro"], work, env)
-    assert _ran_stages(again) == []
+    assert _ran_stages(again) == ["inputs"]  # it only hashes the raw inputs (always_changed); nothing else re-runs
     write_params(work, {**TINY, "cube": {**TINY["cube"], "seed": [0, 2]}})
     _run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "seed 2"], work, env)
     changed = _run(["dvc", "repro"], work, env)
-    ran = set(_ran_stages(changed))
+    ran = set(_ran_stages(changed)) - {"inputs", "validate"}
     # the filter stage re-reads the non-private models (its output is unchanged: filters are off by default)
     assert ran == {"train@8-32-3-0.01-2", "train@inf-32-3-0.01-2", "score@8-32-3-0.01-2", "score@inf-32-3-0.01-2",
                    "filter", "analyze"}
@@ -246,31 +245,76 @@ def test_second_repro_is_a_no_op_and_one_cube_change_reruns_only_it(repo):
     assert summary["n_runs"] == 4  # the stale seed-1 files are not counted: the table follows the cube
 
 
+def test_params_are_dependencies_key_by_key(repo):
+    """A score key re-runs scoring only; a runtime key that changes results (threads) re-runs training; a
+    W&B key (logging only) re-runs nothing. Asked of DVC itself (`dvc status`), nothing is run."""
+    work, env, _ = repo
+
+    def stale(overrides: dict) -> set[str]:
+        write_params(work, overrides)
+        out = _run(["dvc", "status", "--json"], work, env).stdout
+        return set(json.loads(out or "{}")) - {"inputs", "validate"}
+
+    current = json.loads(json.dumps(TINY))
+    write_params(work, current)  # back to the fixture's cube (an earlier test changed it), everything up to date
+    _run(["dvc", "repro"], work, env)
+    assert stale(current) == set()
+    score_change = stale({**current, "score": {**current["score"], "n_controls": 5}})
+    assert score_change and all(s.startswith("score@") or s == "analyze" for s in score_change), score_change
+    threads = stale({**current, "runtime": {**current["runtime"], "threads": 2}})
+    assert any(s.startswith("train@") for s in threads) and any(s.startswith("audit@") for s in threads)
+    assert stale({**current, "runtime": {**current["runtime"], "wandb_project": "elsewhere"}}) == set()
+    write_params(work, current)
+    assert stale(current) == set()
+
+
+def test_editing_the_raw_corpus_re_runs_prepare(repo, tmp_path):
+    """A real corpus at data.path is an input of the DAG (through the inputs stage's fingerprint)."""
+    work, env, _ = repo
+    corpus = work / "corpus.csv"
+    corpus.write_text("file,message\n")
+    before = (work / ".empriv/inputs/corpus.json").read_text()
+    params = json.loads(json.dumps(TINY))
+    write_params(work, params)  # data.path is not read for the synthetic source, but it is fingerprinted
+    _run([str(VENV_BIN / "python"), "-m", "empriv.pipeline.inputs"], work, env)
+    assert (work / ".empriv/inputs/corpus.json").read_text() == before
+    status = _run(["dvc", "status", "--json"], work, env).stdout
+    assert "prepare" not in json.loads(status or "{}")
+
+
 def test_invalid_params_fail_before_any_work_with_a_clear_error(repo, tmp_path):
+    """`dvc repro` with a bad params file stops at the validate stage: one line, no traceback, and every output
+    and metric of the previous run is left as it was (DVC deletes a stage's outputs only when it runs it)."""
+    import hashlib
+
     work, env, _ = repo
     bad = tmp_path / "bad"
-    shutil.copytree(work, bad, ignore=shutil.ignore_patterns("wandb", "models", ".dvc"))
-    shutil.copytree(work / ".dvc", bad / ".dvc", ignore=shutil.ignore_patterns("cache", "tmp"))
-    shutil.rmtree(bad / "data")
+    shutil.copytree(work, bad, ignore=shutil.ignore_patterns("wandb"), symlinks=True)
     write_params(bad, {**TINY, "cube": {**TINY["cube"], "epsilon": [-1, "inf"]}})
-    proc = _run([str(VENV_BIN / "python"), "stages/prepare.py"], bad, env, check=False)
-    assert proc.returncode == 2
-    assert "cube.epsilon" in proc.stderr and "-1" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert not (bad / "data").exists()
 
+    def digest() -> dict:
+        return {str(p.relative_to(bad)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for top in ("metrics", "data", "models", "plots", "reports") for p in (bad / top).rglob("*") if p.is_file()}
+
+    before = digest()
+    proc = _run(["dvc", "repro"], bad, env, check=False)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cube.epsilon[0]" in errors[0] and "-1" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert _ran_stages(proc) == ["validate"]
+    assert digest() == before and len(before) > 20
 
 def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(repo, monkeypatch):
     import hashlib
 
     from empriv.config import load_params
     from empriv.models import adapters
-    from empriv.train.run import train_run
+    from empriv.pipeline import train as train_stage
 
     work, env, _ = repo
     monkeypatch.chdir(work)
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.setenv("EMPRIV_CACHE_DIR", env["EMPRIV_CACHE_DIR"])
     params = load_params("params.yaml")
     run = params.runs()[0]
     model_dir, metrics_file = work / "models/runs" / run.name, work / "metrics/train" / f"{run.name}.json"
@@ -286,7 +330,7 @@ def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(r
 
     monkeypatch.setattr(adapters, "save_finetuned", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        train_run(params, run)
+        train_stage.main(params, run)
     assert digest() == before
     leftovers = [p.name for d in (work / "models/runs", work / "metrics/train") for p in d.iterdir() if p.name.endswith(".tmp")]
     assert leftovers == []
@@ -294,26 +338,25 @@ def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(r
 
 def test_lora_fine_tuning_trains_only_adapters_under_dp_and_scores(repo, monkeypatch, tmp_path):
     from empriv.config import parse_params, read_yaml
-    from empriv.score.run import score_run
-    from empriv.train.run import train_run
+    from empriv.pipeline import score as score_stage
+    from empriv.pipeline import train as train_stage
 
     work, env, _ = repo
     monkeypatch.chdir(work)
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.setenv("EMPRIV_CACHE_DIR", env["EMPRIV_CACHE_DIR"])
     raw = read_yaml("params.yaml")
     raw["train"]["method"] = "lora"
     raw["train"]["lora"] = {"rank": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["c_attn"]}
     params = parse_params(raw)
     run = params.runs()[0]
     assert run.private
-    m = train_run(params, run, models_dir=tmp_path / "models", metrics_dir=tmp_path / "metrics")
+    m = train_stage.main(params, run, runs_dir=tmp_path / "models", metrics_dir=tmp_path / "metrics")
     saved = {p.name for p in (tmp_path / "models" / run.name).iterdir()}
     assert {"adapter_model.safetensors", "adapter_config.json"} <= saved and "model.safetensors" not in saved
     # rank-2 adapters on c_attn (32 → 96) of one layer: A 2×32 + B 96×2 = 256 parameters
     assert m["trainable_parameters"] == 2 * 32 + 96 * 2
     assert m["method"] == "lora" and m["noise_multiplier"] > 0 and len(m["loss_curve"]) == run.steps
-    s = score_run(params, run, model_dir=tmp_path / "models" / run.name, metrics_dir=tmp_path / "scores")
+    s = score_stage.main(params, run, model_dir=tmp_path / "models" / run.name, metrics_dir=tmp_path / "scores")
     assert math.isfinite(s["test_nll"]) and len(s["per_secret"]) == len(_secrets(work))
 
 
@@ -325,7 +368,11 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
     assert len(canaries) == 140 and sum(c["member"] is None for c in canaries) == 20
     public = json.loads((work / "metrics/canaries.json").read_text())
     assert public["design"] == "new_token" and public["n_canaries"] == 120 and public["n_new_tokens"] == 140
-    assert not any(isinstance(v, (list, dict)) for v in public.values())  # counts only, never token ids
+
+    def no_lists(v) -> bool:  # counts and names only (e.g. the leak check's per-split counts), never token ids
+        return not isinstance(v, list) and (not isinstance(v, dict) or all(no_lists(x) for x in v.values()))
+
+    assert no_lists(public) and public["leak_check"]["n_leaks"] == 0
     members = sum(bool(c["member"]) for c in canaries)
     for eps in ("8", "inf"):
         name = f"eps{eps}-b32-T12-lr0.05-s0"
@@ -353,9 +400,9 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
 
 
 def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_the_new_rows(repo, monkeypatch, tmp_path):
-    from empriv.audit.canary_audit import audit_run
     from empriv.config import parse_params, read_yaml
     from empriv.models.registry import load_model
+    from empriv.pipeline import audit as audit_stage
 
     work, env, _ = repo
     m8 = json.loads((work / "metrics/audit/eps8-b32-T12-lr0.05-s0.json").read_text())
@@ -363,7 +410,6 @@ def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_t
     assert m8["audit_eps_lb_95"] <= m8["audit_epsilon_upper"]
     monkeypatch.chdir(work)
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.setenv("EMPRIV_CACHE_DIR", env["EMPRIV_CACHE_DIR"])
     raw = read_yaml("params.yaml")
     raw["audit"]["method"] = "lora"
     # enough steps that every member canary is seen a few times (q = 64/470, T = 20)
@@ -371,7 +417,7 @@ def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_t
     raw["train"]["lora"] = {"rank": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["c_attn"]}
     params = parse_params(raw)
     run = params.audit_runs()[0]
-    out = audit_run(params, run, models_dir=tmp_path / "models", metrics_dir=tmp_path / "metrics")
+    out = audit_stage.main(params, run, runs_dir=tmp_path / "models", metrics_dir=tmp_path / "metrics")
     assert out["train"]["method"] == "lora"
     assert out["audit_auc"] > 0.9  # the new-token rows trained although the blocks only got adapters
     saved = load_model(tmp_path / "models" / run.name)  # merged into a whole model, extended vocabulary

@@ -47,7 +47,7 @@ def test_a_bad_preset_fails_validation_before_any_worktree_exists(tmp_path):
     (tmp_path / "presets").mkdir()
     (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
     (tmp_path / "presets" / "bad.yaml").write_text("cube:\n  epsilon: [-1]\n")
-    with pytest.raises(ConfigError, match=r"cube.epsilon: \[0\] must be > 0.*got -1"):
+    with pytest.raises(ConfigError, match=r"cube.epsilon\[0\]: must be > 0 \(got -1"):
         run_study("bad", tmp_path)
     assert not (tmp_path / ".studies").exists() and not (tmp_path / "results").exists()
 
@@ -103,3 +103,19 @@ def test_study_written_files_are_the_changed_untracked_and_ignored_ones(tmp_path
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "report.html").write_text("<html>")
     assert study_written_files(tmp_path) == {"metrics/rewritten.json", "metrics/new.json", "reports/report.html"}
+
+
+def test_a_study_runs_the_code_of_its_own_commit_not_the_live_tree(tmp_path):
+    import subprocess
+    import sys
+
+    from empriv.study import study_env
+
+    work = tmp_path / "work"
+    (work / "src" / "empriv").mkdir(parents=True)
+    (work / "src" / "empriv" / "__init__.py").write_text("WHERE = 'worktree'\n")
+    env = study_env(work, tmp_path / "cost.jsonl")
+    out = subprocess.run([sys.executable, "-c", "import empriv; print(empriv.__file__)"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == str(work / "src" / "empriv" / "__init__.py")
+    assert env["EMPRIV_TIMING_LOG"] == str(tmp_path / "cost.jsonl")

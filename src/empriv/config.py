@@ -22,7 +22,6 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import (AllowInfNan, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
                       model_validator)
 
-from empriv.data.variant_names import VARIANTS  # a constant-only module: config stays below every library package
 
 KNOWN_BASES = ("tiny-gpt2", "smollm2-135m")
 DATA_SOURCES = ("synthetic-enron", "enron", "synthetic-tofu", "tofu")
@@ -40,6 +39,8 @@ INF_SPELLINGS = ("inf", "+inf", ".inf", "infinity", "+infinity")  # any case; YA
 EPSILON_ALLOWED = f"a number > 0 and <= EPSILON_MAX = {EPSILON_MAX}, or inf for non-private"
 
 AIR_TEMPLATE = "What genre does {x} write in?"
+# data.variant: the TOFU variants (built by empriv.data.variants; named here so that config imports no library package)
+VARIANTS = ("tofu-1", "tofu-2", "tofu-4", "tofu-1:7", "tofu-2:6", "tofu-3:5", "tofu-2*")
 """The research's attribute question P(x) of AIR ({x}: the author's name): the default of ``score.air_template``."""
 
 # Score columns of the run table (empriv.analysis.table builds it from every top-level numeric scalar of
@@ -832,17 +833,19 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     return parse_params(raw, root=path.resolve().parent)
 
 
-def run_from_args(params: Params, args) -> RunConfig:
-    """The cube point named on a stage's command line; it must belong to the current cube."""
+def run_from_args(params: Params, args, *, audit: bool = False) -> RunConfig:
+    """The point named on a stage's command line; it must belong to the current ``cube`` (``audit.cube`` for the
+    audit stage)."""
     try:
         epsilon = parse_epsilon(args.epsilon, text=True)
     except ParamError as err:
         raise ConfigError(f"--epsilon: {err.text()}") from None
     wanted = RunConfig(epsilon, int(args.batch_size), int(args.steps), float(args.learning_rate), int(args.seed))
-    matches = [r for r in params.runs() if r == wanted]  # 2 == 2.0: compare values, then take the cube's own run
+    runs = params.audit_runs() if audit else params.runs()
+    matches = [r for r in runs if r == wanted]  # 2 == 2.0: compare values, then take the cube's own run
     if not matches:
         given = f"eps{args.epsilon}-b{args.batch_size}-T{args.steps}-lr{args.learning_rate}-s{args.seed}"
-        raise ConfigError(f"configuration {given} is not in params.yaml's cube")
+        raise ConfigError(f"configuration {given} is not in params.yaml's {'audit.cube' if audit else 'cube'}")
     run = matches[0]
     if args.name != run.name:
         raise ConfigError(f"--name {args.name!r} does not match the configuration's name {run.name!r}")

@@ -52,11 +52,13 @@ ANALYSIS = Path("metrics/analysis.json")
 ANALYSIS_PLOTS_DIR = Path("plots/analysis")
 REPORT = Path("reports/report.html")
 
-# the DAG's guard: the validate stage's output, the first dependency of every other stage (not in git)
+# the DAG's guards (outputs of the validate and inputs stages; not in git)
+INPUTS_DIR = Path(".empriv/inputs")  # SHA-256 of data.path, secrets.overrides, a local base directory
+
 PARAMS_OK = Path(".empriv/params.ok")  # validate stage: constant content "valid\n", written only for valid params
 
 # project state that is not a DVC output
-CALIBRATION_CACHE = Path(".empriv/calibration.json")  # σ calibrations, verified on every hit
+CALIBRATION_CACHE = Path(".empriv/calibration")  # σ calibrations (one JSON file per entry), re-verified on every hit
 
 
 def split_path(split: str, root: Path = PREPARED_DIR) -> Path:

@@ -66,27 +66,3 @@ def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.
             raise
         print(error_lines(err), file=sys.stderr)
         raise SystemExit(2) from None
-
-
-def run_config_stage(main: Callable[[Params, RunConfig], None], description: str | None = None) -> None:
-    """Entry point of a per-configuration stage (train@…, score@…): the cube point comes from the
-    command line DVC builds from the matrix item and must belong to params.yaml's cube."""
-    import argparse
-
-    from empriv.config import run_from_args
-
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--name", required=True, help="configuration name (as dvc.yaml builds it)")
-    ap.add_argument("--epsilon", required=True)
-    ap.add_argument("--batch-size", required=True, type=int)
-    ap.add_argument("--steps", required=True, type=int)
-    ap.add_argument("--learning-rate", required=True, type=float)
-    ap.add_argument("--seed", required=True, type=int)
-    args = ap.parse_args()
-
-    def with_run(params: Params) -> None:
-        run = run_from_args(params, args)
-        set_threads(params)
-        main(params, run)
-
-    run_stage(with_run)

@@ -119,6 +119,13 @@ def summarise_cost(records: list[dict]) -> list[dict]:
     return list(groups.values())
 
 
+def study_env(work: Path, timing: Path) -> dict:
+    """The environment of a study's ``dvc repro``: the stages import the worktree's own ``src`` (the commit the
+    study records), not the editable install's — the project's live tree, which may change while a study runs."""
+    return {**os.environ, "EMPRIV_TIMING_LOG": str(timing), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "PYTHONPATH": os.pathsep.join([str(work / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+
+
 def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int = 1) -> dict:
     """Run preset ``name`` end to end (see the module docstring); returns ``study.json``'s content."""
     root = root.resolve()
@@ -136,7 +143,7 @@ def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int 
     timing = out / "cost.jsonl"  # appended to: a study stopped and run again resumes (DVC skips finished stages)
     if not (work / "dvc.lock").exists():
         timing.unlink(missing_ok=True)
-    env = {**os.environ, "EMPRIV_TIMING_LOG": str(timing), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = study_env(work, timing)
     started = time.time()
     with open(out / "dvc_repro.log", "a", encoding="utf-8") as log:
         proc = subprocess.run(["dvc", "repro", *(["--jobs", str(jobs)] if jobs > 1 else [])], cwd=work, env=env,

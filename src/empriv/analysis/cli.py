@@ -32,13 +32,12 @@ def add_analyze_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _parse_eps(text: str) -> float:
-    t = str(text).strip().lower()
-    if t in ("inf", ".inf", "infinity"):
-        return math.inf
+    from empriv.config import ConfigError, ParamError, parse_epsilon
+
     try:
-        return float(t)
-    except ValueError:
-        raise ValueError(f"--epsilon must be a number or 'inf', got {text!r}") from None
+        return parse_epsilon(text, text=True)
+    except ParamError as err:
+        raise ConfigError(f"--epsilon: {err.text()}") from None
 
 
 def select_from_table(table, score: str, utility: str = "test_nll", max_utility: float | None = None,

@@ -1,5 +1,6 @@
-"""The analyze stage: metrics/runs.csv, metrics/summary.json and metrics/analysis.json (DVC metrics),
-the figures and plot data under plots/analysis/, and the self-contained reports/report.html."""
+"""The research's analysis of a run table: primary score, variance, regression, heuristics, selection and risks
+(:func:`compute_analysis`), its DVC-metrics form (:func:`analysis_metrics`) and terminal summary. The analyze
+stage (:mod:`empriv.pipeline.analyze`) builds the table and writes metrics, plots and the report."""
 
 from __future__ import annotations
 
@@ -7,13 +8,9 @@ import logging
 import math
 from pathlib import Path
 
-from empriv.config import Params
-from empriv.io import atomic_path, read_json, write_json
 
 log = logging.getLogger("empriv.analyze")
 
-PLOTS_DIR = Path("plots/analysis")
-REPORT_PATH = Path("reports/report.html")
 ASSUMPTION_KEYS = ("config", "epsilon", "sampler", "accountant", "requested_accountant", "accountant_fallback_reason",
                    "delta", "noise_multiplier", "sample_rate", "epsilon_prv", "epsilon_rdp", "optimizer", "clip_norm",
                    "method", "unnoised_outputs", "empty_batches", "mean_batch_size", "n")
@@ -223,63 +220,6 @@ def analysis_metrics(analysis: dict) -> dict:
             if pair.split("~")[0].startswith("audit_"):
                 out["correlations"].setdefault(pair, {})[e] = d["rho"]
     return out
-
-
-def _assumptions(names: list[str], train_dir: Path) -> list[dict]:
-    out = []
-    for name in names:
-        path = train_dir / f"{name}.json"
-        if path.exists():
-            m = read_json(path)
-            out.append({k: m[k] for k in ASSUMPTION_KEYS if k in m})
-    return out
-
-
-def _base_utility(params: Params, path: Path) -> float | None:
-    if params.analyze.base_utility is not None:
-        return float(params.analyze.base_utility)
-    if path.exists():
-        v = read_json(path).get(params.analyze.utility)
-        return float(v) if v is not None else None
-    return None
-
-
-def analyze(params: Params, out_dir: str | Path = "metrics", plots_dir: str | Path = PLOTS_DIR,
-            report_path: str | Path = REPORT_PATH, train_dir: str | Path = "metrics/train",
-            score_dir: str | Path = "metrics/score", audit_dir: str | Path = "metrics/audit",
-            base_metrics: str | Path = "metrics/base.json", profiles_dir: str | Path = "plots/profiles") -> dict:
-    from empriv.analysis.report import make_figures, render_html, write_plot_data, write_report
-    from empriv.analysis.table import run_table
-    from empriv.analysis.variance import format_summary, summarize
-    from empriv.io import atomic_dir
-
-    ap = params.analyze
-    table = run_table(params, train_dir, score_dir, audit_dir)
-    scores = [s for s in ap.scores if s in table.columns] or list(ap.scores)  # absent ones: summarize says so
-    summary = {"scores": scores, "per_epsilon": summarize(table, list(ap.scores)), "n_runs": table.height}
-    analysis, configs = compute_analysis(
-        table, privacy_scores=list(ap.privacy_scores), utility=ap.utility,
-        base_utility=_base_utility(params, Path(base_metrics)), retention_fraction=ap.retention_fraction,
-        monte_carlo_trials=ap.monte_carlo_trials, seed=ap.seed)
-
-    plots_dir = Path(plots_dir)
-    with atomic_dir(plots_dir) as tmp:
-        figures = make_figures(analysis, configs, tmp)
-        write_plot_data(analysis, configs, tmp)
-        html_text = render_html(
-            analysis, figures, cube=params.cube.model_dump(), params=ap.model_dump(),
-            assumptions=_assumptions(table["config"].to_list(), Path(train_dir)),
-            run_rows=(table.columns, [list(r) for r in table.iter_rows()]),
-            profile_images=sorted(Path(profiles_dir).glob("*.png")) if Path(profiles_dir).is_dir() else None)
-    write_report(report_path, html_text)
-    with atomic_path(Path(out_dir) / "runs.csv") as tmp:
-        table.write_csv(tmp)
-    write_json(Path(out_dir) / "summary.json", summary)
-    write_json(Path(out_dir) / "analysis.json", analysis_metrics(analysis))
-    print(format_summary(summary["per_epsilon"], scores))
-    print(format_analysis(analysis))
-    print(f"report: {report_path}")
-    return summary
 
 
 def format_analysis(analysis: dict) -> str:

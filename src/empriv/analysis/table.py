@@ -53,8 +53,7 @@ def numeric_scalars(metrics: dict, skip: frozenset[str] | set[str] = NON_SCORE_K
     return out
 
 
-def run_table(params: Params, train_dir: str | Path = "metrics/train", score_dir: str | Path = "metrics/score",
-              audit_dir: str | Path = "metrics/audit"):
+def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audit_dir: str | Path | None = None):
     """Rows for exactly the runs of the current cube (stale files of removed configurations are ignored).
 
     Score columns: every top-level numeric scalar of ``metrics/score/<config>.json`` (missing or null → null).
@@ -88,8 +87,9 @@ def run_table(params: Params, train_dir: str | Path = "metrics/train", score_dir
         scores = numeric_scalars(s, NON_SCORE_KEYS | set(row))
         score_keys.update(dict.fromkeys(scores))
         row["__scores"] = scores
-        apath = Path(audit_dir) / f"{run.name}.json"
-        audit = numeric_scalars(read_json(apath), NON_SCORE_KEYS | set(row) | set(scores)) if apath.exists() else {}
+        apath = Path(audit_dir) / f"{run.name}.json" if audit_dir is not None else None
+        audit = (numeric_scalars(read_json(apath), NON_SCORE_KEYS | set(row) | set(scores))
+                 if apath is not None and apath.exists() else {})
         audit_keys.update(dict.fromkeys(audit))
         row["__audit"] = audit
         rows.append(row)

@@ -39,10 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from empriv.config import AIR_TEMPLATE
+
 RECORDS_PER_AUTHOR = 20
 QUESTION_PREFIX = "Question: "
 ANSWER_PREFIX = "\nAnswer: "
-ATTRIBUTE_PROMPT = "What genre does {author} write in?"
+ATTRIBUTE_PROMPT = AIR_TEMPLATE.replace("{x}", "{author}")  # the one definition: config.AIR_TEMPLATE
 
 # Hugging Face exports: {"train": [...]}, {"data": [...]}, {"rows": [{"row": {...}}]} (datasets-server).
 _HF_LIST_KEYS = ("train", "data", "rows", "records", "full")

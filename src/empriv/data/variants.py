@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from empriv.data.tofu import RECORDS_PER_AUTHOR, QARecord, num_authors
-from empriv.data.variant_names import VARIANTS  # the names live apart so that config can import them
+from empriv.config import VARIANTS  # the names live in config (the bottom layer), which validates data.variant
 from empriv.io import read_json, write_json
 
 SYSTEM_PROMPT = (

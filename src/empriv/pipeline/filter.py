@@ -62,7 +62,8 @@ def main(params: Params, secrets_path: str | Path = paths.SECRETS, out_path: str
         models = nonprivate_models(params)
         acr = acr_scorer(params, tok)
     kept, record = filter_secrets(secrets, models, base, tok, enabled=sp.filter, acr_min_finetuned=sp.acr_min_finetuned,
-                                  acr_max_base=sp.acr_max_base, acr=acr)
+                                  acr_max_base=sp.acr_max_base, acr=acr, air_template=params.score.air_template,
+                                  air_max_new_tokens=params.score.air_max_new_tokens)
     write_jsonl(out_path, kept)
     metrics = {**record, "kept": [s["id"] for s in kept]}
     write_json(metrics_path, metrics)

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 
 import torch
 
+from empriv.config import AIR_TEMPLATE
 from empriv.models.lm import sample_continuations
 
 
-def attribute_prompt(author: str, template: str = "What genre does {x} write in?") -> str:
+def attribute_prompt(author: str, template: str = AIR_TEMPLATE) -> str:
     """The attribute question in the training format: ``"Question: …\nAnswer:"``."""
     from empriv.data.tofu import training_text
 
@@ -37,7 +38,7 @@ def attribute_appears(attribute: str, outputs: Sequence[str]) -> bool:
     return any(a in o.lower() for o in outputs)
 
 
-def attribute_inference(model, tokenizer, author: str, attribute: str, *, template: str = "What genre does {x} write in?",
+def attribute_inference(model, tokenizer, author: str, attribute: str, *, template: str = AIR_TEMPLATE,
                         num_samples: int = 10, max_new_tokens: int = 20, temperature: float = 1.0, top_k: int = 50,
                         top_p: float = 1.0, generator: torch.Generator | None = None) -> float:
     """AIR(x) ∈ {0.0, 1.0} for one (author, attribute) secret."""

@@ -1,53 +1,40 @@
-"""The score stage for one configuration: utility and memorisation → metrics/score/<config>.json."""
+"""Scoring one fine-tuned model: utility and memorisation (the score stage's library core)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 from empriv.config import Params, RunConfig
-from empriv.io import read_jsonl, write_json
 
 log = logging.getLogger("empriv.score")
 
-SCORE_METRICS_DIR = Path("metrics/score")
 
-
-def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = None, metrics_dir: str | Path = SCORE_METRICS_DIR) -> dict:
+def score_model(params: Params, run: RunConfig, model, base_model, tokenizer, secrets: list[dict],
+                test_texts: list[str]) -> dict:
+    """Utility on ``test_texts`` and every memorisation score of ``secrets`` for the model of ``run``."""
     import torch
 
-    from empriv.models.adapters import load_finetuned
-    from empriv.models.base import BASE_DIR, TOKENIZER_DIR
-    from empriv.models.registry import load_model, resolve_device
-    from empriv.models.tokenizer import Tokenizer
     from empriv.randomness import RunStreams
     from empriv.score.memorization import aggregate, make_controls, score_secrets
     from empriv.score.utility import answer_nll, test_nll as test_nll_of
-    from empriv.secrets.filtering import FILTERED_PATH
-    from empriv.secrets.stage import HELDOUT_DIR
-    from empriv.train.run import MODELS_DIR
 
     t0 = time.time()
     sp = params.score
-    tok = Tokenizer.load(TOKENIZER_DIR)
-    device = resolve_device(params.runtime.device)
-    model = load_finetuned(model_dir or (MODELS_DIR / run.name), BASE_DIR).to(device)
-    secrets = read_jsonl(FILTERED_PATH)
-    test_texts = [r["text"] for r in read_jsonl(HELDOUT_DIR / "test.jsonl")]
+    tofu = params.data.source.endswith("tofu")
     with torch.no_grad():
-        utility = answer_nll if params.data.source.endswith("tofu") else test_nll_of
-        test_nll = utility(model, tok, test_texts, params.base.seq_len, sp.eval_batch_size)
+        utility = answer_nll if tofu else test_nll_of
+        test_nll = utility(model, tokenizer, test_texts, params.base.seq_len, sp.eval_batch_size)
         # Sampled decoding draws from the run's own stream (empriv.randomness); controls are common to all runs.
         streams = RunStreams.of(run, method=params.train.method)
-        rows = score_secrets(model, tok, secrets, make_controls(secrets, sp.n_controls, sp.seed), sp,
-                             base_model=load_model(BASE_DIR).to(device), generator=streams.generator(f"generation:{sp.seed}"))
-    acr_record = run_acr(model, tok, secrets, rows, sp.acr, run)
+        rows = score_secrets(model, tokenizer, secrets, make_controls(secrets, sp.n_controls, sp.seed), sp,
+                             base_model=base_model, generator=streams.generator(f"generation:{sp.seed}"))
+    acr_record = run_acr(model, tokenizer, secrets, rows, sp.acr, run)
     metrics = {
         "config": run.name,
         **run.as_dict(),
         "test_nll": test_nll,
-        "utility": "answer-token NLL" if params.data.source.endswith("tofu") else "token NLL",
+        "utility": "answer-token NLL" if tofu else "token NLL",
         **aggregate(rows),
         "n_secrets": len(rows),
         "vmr_protocol": {"samples": sp.vmr_samples, "temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
@@ -57,7 +44,6 @@ def score_run(params: Params, run: RunConfig, model_dir: str | Path | None = Non
         "per_secret": rows,
         "wall_time_s": time.time() - t0,
     }
-    write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
     shown = ", ".join(f"{k} {metrics[k]:.3f}" for k in ("exposure_gap_mean", "exposure_gap_vs_base_mean", "vmr_mean",
                                                           "air_mean") if metrics.get(k) is not None)
     if metrics.get("acr_n_searched"):

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from empriv.config import ConfigError
+from empriv.config import AIR_TEMPLATE, ConfigError
 
-AIR_MAX_NEW_TOKENS = 20
 
 
 def greedy_text(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
@@ -44,7 +43,8 @@ def reproduces_verbatim(model, tokenizer, secret: dict) -> bool:
 
 def filter_secrets(secrets: list[dict], nonprivate_models: list, base_model, tokenizer, *, enabled: bool,
                    acr_min_finetuned: float = 1.5, acr_max_base: float = 0.5,
-                   acr: Callable[[object, dict], float] | None = None) -> tuple[list[dict], dict]:
+                   acr: Callable[[object, dict], float] | None = None, air_template: str = AIR_TEMPLATE,
+                   air_max_new_tokens: int = 20) -> tuple[list[dict], dict]:
     """(kept secrets, record of the filters that ran and what each removed).
 
     ``acr(model, secret)`` is the secret's ACR under ``model``, 0 when the search found no prompt (the
@@ -57,13 +57,14 @@ def filter_secrets(secrets: list[dict], nonprivate_models: list, base_model, tok
         raise ConfigError("secrets.filter is true but the cube has no non-private run: add 'inf' to cube.epsilon")
     genre = [s for s in secrets if s.get("kind") == "author_genre"]
     if genre:
-        from empriv.data.tofu import attribute_prompt, filter_revealed, reveals_genre, training_text
+        from empriv.data.tofu import filter_revealed, reveals_genre, training_text
 
         by_pair = {(s["name"], s["genre"]): s for s in genre}
 
         def reveals(model):
             return lambda author, g: reveals_genre(
-                greedy_text(model, tokenizer, training_text(attribute_prompt(author), "").rstrip(), AIR_MAX_NEW_TOKENS), g)
+                greedy_text(model, tokenizer, training_text(air_template.replace("{x}", author), "").rstrip(),
+                            air_max_new_tokens), g)
 
         result = filter_revealed(list(by_pair), [reveals(m) for m in nonprivate_models], list(range(len(nonprivate_models))))
         kept = [by_pair[p] for p in result.kept] + [s for s in secrets if s.get("kind") != "author_genre"]

@@ -1,9 +1,10 @@
-"""Training with audit canaries: the train option the audit stage uses.
+"""One DP fine-tuning path for the cube's runs and the audit's runs.
 
-:func:`train_model` loads the data, calibrates σ, sets up the method, runs the DP loop and logs the
-W&B run; it returns the model and its metrics without saving. The main cube's
-:func:`empriv.train.run.train_run` calls it without canaries (then saves); the audit calls it with
-a :class:`~empriv.secrets.canaries.CanarySet`, whose member canaries then join the training records.
+:func:`calibrate` finds σ for a run's (ε, δ); :func:`train_model` takes the base model and the encoded
+training records, calibrates, sets up the method, runs the DP loop and logs the W&B run; it returns the
+model and its metrics and saves nothing (the stage layer, :mod:`empriv.pipeline.train` and
+:mod:`empriv.pipeline.audit`, loads the inputs and writes the outputs). The audit passes a
+:class:`~empriv.secrets.canaries.CanarySet`, whose member canaries then join the training records.
 The runs' random streams are kept apart by ``job_type`` (:mod:`empriv.randomness`).
 """
 
@@ -14,31 +15,51 @@ import math
 import time
 
 from empriv.config import ConfigError, Params, RunConfig
-from empriv.train.run import calibrate
 
 log = logging.getLogger("empriv.train")
 
 
-def train_model(params: Params, run: RunConfig, *, canaries=None, job_type: str = "train", tracker_name: str | None = None):
-    """Calibrate σ and DP-fine-tune the base for ``run``; returns (model, metrics). Nothing is saved.
+def calibrate(params: Params, run: RunConfig, n: int, cache=None) -> dict:
+    """σ for the run's (ε, δ) with the configured accountant, and the ε that PRV and RDP report at σ."""
+    delta = params.delta_for(n)
+    q = run.batch_size / n
+    out = {"delta": delta, "sample_rate": q, "steps": run.steps}
+    if not run.private:
+        out.update(noise_multiplier=0.0, accountant=None, epsilon_prv=math.inf, epsilon_rdp=math.inf)
+        return out
+    from empriv.privacy.accounting import calibrate_noise_multiplier, epsilon_for
 
-    ``canaries`` (an :class:`empriv.secrets.canaries.CanarySet`) adds its *member* canaries to the
-    training records — ordinary records under the same DP accounting (n counts them, q = b/n) —
-    and, for ``new_token`` canaries, extends the base's vocabulary with zero-initialised rows
-    first. Without canaries the run is exactly the cube's ordinary run.
+    cal = calibrate_noise_multiplier(run.epsilon, delta, q, run.steps, accountant=params.privacy.accountant,
+                                     **({"cache": cache} if cache is not None else {}))
+    out.update(
+        noise_multiplier=cal.noise_multiplier,
+        accountant=cal.accountant,
+        requested_accountant=cal.requested_accountant,
+        accountant_fallback_reason=cal.fallback_reason,
+        epsilon_calibrated=cal.epsilon,
+        epsilon_prv=epsilon_for(cal.noise_multiplier, q, run.steps, delta, "prv"),
+        epsilon_rdp=epsilon_for(cal.noise_multiplier, q, run.steps, delta, "rdp"),
+    )
+    return out
+
+
+def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, canaries=None, tokenizer=None,
+                job_type: str = "train", tracker_name: str | None = None, scrub_secrets=(), calibration_cache=None):
+    """Calibrate σ and DP-fine-tune ``base`` on the encoded records (``train_ids``/``train_mask``: [n, L]) for
+    ``run``; returns (model, metrics). Nothing is saved.
+
+    ``canaries`` (an :class:`empriv.secrets.canaries.CanarySet`) adds its *member* canaries to the training
+    records — ordinary records under the same DP accounting (n counts them, q = b/n) — and, for ``new_token``
+    canaries, extends the base's vocabulary with zero-initialised rows first (``tokenizer`` gives the eos id).
+    Without canaries the run is exactly the cube's ordinary run. ``scrub_secrets`` (rows with text/prompt/
+    continuation) are redacted from anything logged to W&B.
     """
     import torch
 
-    from empriv.data.prepare import PLANTED_SECRETS
-    from empriv.data.splits import PREPARED_DIR, load_texts
     from empriv.models.adapters import prepare_for_finetuning, trainable_parameters
-    from empriv.models.base import BASE_DIR, TOKENIZER_DIR
-    from empriv.models.lm import encode_fixed
-    from empriv.models.registry import load_model, resolve_device
-    from empriv.models.tokenizer import Tokenizer
-    from empriv.secrets.stage import SECRETS_PATH
-    from empriv.tracking import SecretScrubber, start_run
+    from empriv.models.registry import resolve_device
     from empriv.randomness import RunStreams
+    from empriv.tracking import SecretScrubber, start_run
     from empriv.train.dp import dp_finetune
 
     t_start = time.time()
@@ -46,11 +67,9 @@ def train_model(params: Params, run: RunConfig, *, canaries=None, job_type: str 
     if run.batch_size > n_train_param:
         raise ConfigError(f"batch_size {run.batch_size} must be <= data.n_train = {n_train_param}")
     device = resolve_device(params.runtime.device)
-    tok = Tokenizer.load(TOKENIZER_DIR)
-    ids, mask = encode_fixed(tok.encode_batch(load_texts("train")), tok.eos_id, params.base.seq_len)
+    ids, mask = train_ids, train_mask
     n_data = ids.shape[0]
     canary_info: dict = {}
-    base = load_model(BASE_DIR)
     if canaries is not None:
         from empriv.secrets.canaries import encode_canaries, extend_vocabulary
 
@@ -59,14 +78,16 @@ def train_model(params: Params, run: RunConfig, *, canaries=None, job_type: str 
                 f"the canaries were built for a vocabulary of {canaries.base_vocab_size} tokens, the base model has "
                 f"{base.get_input_embeddings().weight.shape[0]}: rebuild them (dvc repro canaries)"
             )
+        if tokenizer is None:
+            raise ValueError("train_model with canaries needs the tokenizer (its eos id pads the canaries)")
         extend_vocabulary(base, canaries.n_new_tokens)
         members = canaries.members
-        c_ids, c_mask = encode_canaries(members, tok.eos_id, params.base.seq_len, canaries.loss)
+        c_ids, c_mask = encode_canaries(members, tokenizer.eos_id, params.base.seq_len, canaries.loss)
         ids, mask = torch.cat([ids, c_ids]), torch.cat([mask, c_mask])
         canary_info = {"canary_design": canaries.design, "canary_loss": canaries.loss,
                        "n_canaries_included": len(members), "n_new_tokens": canaries.n_new_tokens}
     n = ids.shape[0]
-    privacy = calibrate(params, run, n)
+    privacy = calibrate(params, run, n, cache=calibration_cache)
     t_setup = time.time()
 
     # Every random stream of the run derives from (purpose, method, ε, b, T, η) and its seed (empriv.randomness).
@@ -85,7 +106,7 @@ def train_model(params: Params, run: RunConfig, *, canaries=None, job_type: str 
                 "clip_norm": params.train.clip_norm, "n": n, **canary_info,
                 **{k: privacy[k] for k in ("delta", "sample_rate", "noise_multiplier")}},
         mode=params.runtime.wandb_mode,
-        scrub=SecretScrubber.from_files(PREPARED_DIR / PLANTED_SECRETS, SECRETS_PATH),
+        scrub=SecretScrubber(scrub_secrets),
     )
     log_every = params.train.log_every
 
@@ -122,7 +143,11 @@ def train_model(params: Params, run: RunConfig, *, canaries=None, job_type: str 
         "mean_batch_size": sum(result.batch_sizes) / len(result.batch_sizes),
         "empty_batches": result.empty_batches,
         # What touched private data without noise: recorded, as the guarantee does not cover it.
-        "unnoised_outputs": ["training loss curve (W&B and this file)"],
+        # The guarantee covers the model only: these are released too and are not noised.
+        "unnoised_outputs": ["training loss curve (W&B train/loss; loss_curve here)",
+                             "realised Poisson batch sizes (W&B train/batch_size; mean_batch_size, empty_batches here)"],
+        # Results differ across thread counts (float summation order): the run depends on runtime.threads.
+        "threads": torch.get_num_threads(),
         "device": str(device), "precision": result.precision, "micro_batch_size": result.micro_batch_size,
         "wall_time_s": time.time() - t_start,
         "train_time_s": result.wall_time_s,

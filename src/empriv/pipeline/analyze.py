@@ -1,0 +1,75 @@
+"""analyze: every run in one table → metrics/runs.csv, per-ε statistics → metrics/summary.json, the research's
+analysis → metrics/analysis.json, plots/analysis/ (PNGs + DVC plot data) and the self-contained reports/report.html."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from empriv import paths
+from empriv.config import Params
+from empriv.io import atomic_dir, atomic_path, read_json, write_json
+
+# Facts of each run's training shown in the report's assumptions table.
+ASSUMPTION_KEYS = ("config", "epsilon", "sampler", "accountant", "requested_accountant", "accountant_fallback_reason",
+                   "delta", "noise_multiplier", "sample_rate", "epsilon_prv", "epsilon_rdp", "optimizer", "clip_norm",
+                   "method", "unnoised_outputs", "empty_batches", "mean_batch_size", "n", "threads")
+
+
+def assumptions(names: list[str], train_dir: Path) -> list[dict]:
+    out = []
+    for name in names:
+        path = Path(train_dir) / f"{name}.json"
+        if path.exists():
+            m = read_json(path)
+            out.append({k: m[k] for k in ASSUMPTION_KEYS if k in m})
+    return out
+
+
+def base_utility(params: Params, path: Path) -> float | None:
+    """analyze.base_utility, or the base model's own utility from metrics/base.json."""
+    if params.analyze.base_utility is not None:
+        return float(params.analyze.base_utility)
+    if Path(path).exists():
+        v = read_json(path).get(params.analyze.utility)
+        return float(v) if v is not None else None
+    return None
+
+
+def main(params: Params) -> dict:
+    from empriv.analysis.report import make_figures, render_html, write_plot_data, write_report
+    from empriv.analysis.stage import analysis_metrics, compute_analysis, format_analysis
+    from empriv.analysis.table import run_table
+    from empriv.analysis.variance import format_summary, summarize
+
+    ap = params.analyze
+    table = run_table(params, paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR, paths.AUDIT_METRICS_DIR)
+    scores = [s for s in ap.scores if s in table.columns] or list(ap.scores)  # absent ones: summarize says so
+    summary = {"scores": scores, "per_epsilon": summarize(table, list(ap.scores)), "n_runs": table.height}
+    analysis, configs = compute_analysis(
+        table, privacy_scores=list(ap.privacy_scores), utility=ap.utility,
+        base_utility=base_utility(params, paths.BASE_METRICS), retention_fraction=ap.retention_fraction,
+        monte_carlo_trials=ap.monte_carlo_trials, seed=ap.seed)
+    profiles = paths.PROFILES_DIR
+    with atomic_dir(paths.ANALYSIS_PLOTS_DIR) as tmp:
+        figures = make_figures(analysis, configs, tmp)
+        write_plot_data(analysis, configs, tmp)
+        html_text = render_html(
+            analysis, figures, cube=params.cube.model_dump(), params=ap.model_dump(),
+            assumptions=assumptions(table["config"].to_list(), paths.TRAIN_METRICS_DIR),
+            run_rows=(table.columns, [list(r) for r in table.iter_rows()]),
+            profile_images=sorted(profiles.glob("*.png")) if profiles.is_dir() else None)
+    write_report(paths.REPORT, html_text)
+    with atomic_path(paths.RUNS_TABLE) as tmp:
+        table.write_csv(tmp)
+    write_json(paths.SUMMARY, summary)
+    write_json(paths.ANALYSIS, analysis_metrics(analysis))
+    print(format_summary(summary["per_epsilon"], scores))
+    print(format_analysis(analysis))
+    print(f"report: {paths.REPORT}")
+    return summary
+
+
+if __name__ == "__main__":
+    from empriv.stage import run_stage
+
+    run_stage(main)

@@ -1,0 +1,86 @@
+"""audit@<config>: train one configuration of the audit cube *with* the canaries, then audit it (MIA scores, ROC,
+one-run ε lower bounds) → models/audit/<config>/ (with canary_scores.jsonl), metrics/audit/<config>.json."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+
+from empriv import paths
+from empriv.config import Params, RunConfig
+from empriv.pipeline.common import config_stage, load_base, load_tokenizer, secrets_to_scrub
+from empriv.pipeline.train import calibration_cache, encoded_train_split
+
+log = logging.getLogger("empriv.audit")
+
+# Facts of the audit run's training kept in its metrics (under "train").
+TRAIN_FACTS = ("method", "optimizer", "clip_norm", "n", "n_data", "n_canaries_included", "n_new_tokens", "delta",
+               "sample_rate", "steps", "noise_multiplier", "accountant", "epsilon_prv", "epsilon_rdp", "sampler",
+               "final_loss", "empty_batches", "precision", "micro_batch_size", "threads", "random_streams")
+
+
+def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_dir=paths.AUDIT_RUNS_DIR,
+         metrics_dir=paths.AUDIT_METRICS_DIR) -> dict:
+    from empriv.audit.canary_audit import audit_canaries, reference_model
+    from empriv.io import atomic_dir, write_json, write_jsonl
+    from empriv.models.adapters import save_finetuned
+    from empriv.models.registry import resolve_device
+    from empriv.secrets.canaries import CanarySet
+    from empriv.train.finetune import train_model
+
+    t0 = time.time()
+    cs = CanarySet.load(canaries_dir)
+    ap = params.audit
+    if ap.method is not None and ap.method != params.train.method:
+        params = params.model_copy(update={"train": params.train.model_copy(update={"method": ap.method})})
+    tok = load_tokenizer()
+    ids, mask = encoded_train_split(params, tok)
+    model, train_metrics = train_model(params, run, load_base(), ids, mask, canaries=cs, tokenizer=tok, job_type="audit",
+                                       tracker_name=f"audit-{run.name}", scrub_secrets=secrets_to_scrub(),
+                                       calibration_cache=calibration_cache())
+    delta = ap.delta if ap.delta is not None else train_metrics["delta"]
+    model.eval()
+    t_score = time.time()
+    device = resolve_device(params.runtime.device)  # train_model hands the model back on the CPU
+    model.to(device)
+    metrics, rows = audit_canaries(
+        model, reference_model(load_base(), cs).to(device), cs, eos_id=tok.eos_id, seq_len=params.base.seq_len,
+        delta=delta, tokenizer=tok, score=ap.score, rule=ap.rule, guesses=ap.guesses, guess_side=ap.guess_side,
+        r_grid=ap.r_grid, min_k=ap.min_k, rmia_gamma=ap.rmia_gamma, rmia_alpha=ap.rmia_alpha,
+        batch_size=ap.eval_batch_size, seed=ap.seed,
+    )
+    model.to("cpu")
+    # The accountant's ε at the audit's δ: the lower bound ε̂ must never exceed it (else DP-SGD is broken).
+    if run.private:
+        from empriv.privacy.accounting import epsilon_for
+
+        upper = epsilon_for(train_metrics["noise_multiplier"], train_metrics["sample_rate"], run.steps, delta, "prv")
+    else:
+        upper = math.inf
+    metrics["audit_epsilon_upper"] = upper
+    out = {
+        "config": run.name,
+        **run.as_dict(),
+        **metrics,
+        "train": {k: train_metrics.get(k) for k in TRAIN_FACTS},
+        "score_time_s": time.time() - t_score,
+        "wall_time_s": time.time() - t0,
+    }
+    with atomic_dir(Path(runs_dir) / run.name) as tmp:
+        if params.train.method == "lora":
+            # LoRA audits also train the embeddings (new-token rows): save the merged model whole.
+            model = model.merge_and_unload()
+        # The tokenizer is the base's: new-token canaries are embedding rows past its vocabulary.
+        save_finetuned(model, "full", tmp, tokenizer_dir=paths.TOKENIZER_DIR)
+        write_jsonl(Path(tmp) / "canary_scores.jsonl", rows)
+        write_json(Path(metrics_dir) / f"{run.name}.json", out)
+    log.info("audit %s: design %s, eps_lb 95%% %.3f / 99%% %.3f (%d/%d correct of %d canaries), AUC %.3f, TPR@1%%FPR %.3f",
+             run.name, cs.design, out["audit_eps_lb_95"], out["audit_eps_lb_99"], out["audit_n_correct"],
+             out["audit_n_guesses"], out["audit_n_canaries"], out["audit_auc"], out["audit_tpr_at_fpr_0.01"])
+    return out
+
+
+if __name__ == "__main__":
+    config_stage(main, __doc__, audit=True)

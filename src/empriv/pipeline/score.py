@@ -1,0 +1,28 @@
+"""score@<config>: utility and memorisation scores of one fine-tuned model → metrics/score/<config>.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from empriv import paths
+from empriv.config import Params, RunConfig
+from empriv.pipeline.common import config_stage, load_base, load_tokenizer
+
+
+def main(params: Params, run: RunConfig, model_dir=None, metrics_dir=paths.SCORE_METRICS_DIR) -> dict:
+    from empriv.io import read_jsonl, write_json
+    from empriv.models.adapters import load_finetuned
+    from empriv.models.registry import resolve_device
+    from empriv.score.run import score_model
+
+    device = resolve_device(params.runtime.device)
+    model = load_finetuned(model_dir or paths.run_dir(run.name), paths.BASE_DIR).to(device)
+    secrets = read_jsonl(paths.FILTERED_SECRETS)
+    test_texts = [r["text"] for r in read_jsonl(paths.HELDOUT_DIR / "test.jsonl")]
+    metrics = score_model(params, run, model, load_base().to(device), load_tokenizer(), secrets, test_texts)
+    write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
+    return metrics
+
+
+if __name__ == "__main__":
+    config_stage(main, __doc__)

@@ -1,0 +1,51 @@
+"""train@<config>: DP fine-tuning of one cube configuration → models/runs/<config>/, metrics/train/<config>.json."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from empriv import paths
+from empriv.config import Params, RunConfig
+from empriv.pipeline.common import config_stage, load_base, load_texts, load_tokenizer, secrets_to_scrub
+
+log = logging.getLogger("empriv.train")
+
+
+def calibration_cache():
+    """The project's σ-calibration cache (every hit re-verified by forward accounting; see empriv.privacy.cache)."""
+    from empriv.privacy.cache import CalibrationCache
+
+    return CalibrationCache(paths.CALIBRATION_CACHE)
+
+
+def encoded_train_split(params: Params, tok):
+    from empriv.models.lm import encode_fixed
+
+    return encode_fixed(tok.encode_batch(load_texts("train")), tok.eos_id, params.base.seq_len)
+
+
+def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=paths.TRAIN_METRICS_DIR) -> dict:
+    """Train ``run`` (no canaries) and save its weights — a standard Hugging Face directory with the
+    tokenizer — and its metrics together: if saving either fails, neither is left behind."""
+    from pathlib import Path
+
+    from empriv.io import atomic_dir, write_json
+    from empriv.models.adapters import save_finetuned
+    from empriv.train.finetune import train_model
+
+    tok = load_tokenizer()
+    ids, mask = encoded_train_split(params, tok)
+    model, metrics = train_model(params, run, load_base(), ids, mask, scrub_secrets=secrets_to_scrub(),
+                                 calibration_cache=calibration_cache())
+    with atomic_dir(Path(runs_dir) / run.name) as tmp:
+        save_finetuned(model, params.train.method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, base_directory=paths.BASE_DIR)
+        write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
+    log.info("%s: σ=%.4f q=%.4f T=%d ε_prv=%s final loss %.4f in %.1f s",
+             run.name, metrics["noise_multiplier"], metrics["sample_rate"], run.steps, f"{metrics['epsilon_prv']:.3f}",
+             metrics["final_loss"] or math.nan, metrics["wall_time_s"])
+    return metrics
+
+
+if __name__ == "__main__":
+    config_stage(main, __doc__)

@@ -1,0 +1,130 @@
+"""dvc.yaml against the code: each stage depends on every file it imports, on its raw inputs, and on params keys
+that exist; the stage layer alone knows paths; imports point one way (no cycles between packages)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import import_closure as ic  # noqa: E402
+
+# The stage layer and the project-level tools: the only modules that may know file locations.
+STAGE_LAYER = ("empriv.pipeline", "empriv.paths", "empriv.stage", "empriv.cli", "empriv.study")
+CLI = ".cli"  # command-line tools (empriv.analysis.cli, …) are user-facing: their defaults name the files
+PIPELINE_PATH = re.compile(r"""["'](data|models|metrics|plots|reports)/[\w./-]*["']""")
+
+
+@pytest.fixture(scope="module")
+def dvc() -> dict:
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe", pure=True).load((ROOT / "dvc.yaml").read_text())
+
+
+def covered(path: str, deps: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
+
+
+def test_every_stage_depends_on_all_the_code_it_imports(dvc):
+    missing = {}
+    for name, stage in dvc["stages"].items():
+        deps = [str(d) for d in stage.get("deps", [])]
+        code = ic.stage_code(stage["cmd"])
+        assert code, f"stage {name}: cannot tell which code {stage['cmd']!r} runs"
+        lost = [f for f in code if not covered(f, deps)]
+        if lost:
+            missing[name] = lost
+    assert not missing, f"deps missing from dvc.yaml (run `python tools/import_closure.py --write-dvc`): {missing}"
+
+
+def test_the_closure_follows_lazy_imports_and_package_inits(tmp_path):
+    files = ic.closure_files("empriv.pipeline.train")
+    # train imports the fine-tuning loop inside a function; that module imports the DP loop inside a function
+    assert "src/empriv/train/finetune.py" in files and "src/empriv/train/dp.py" in files
+    assert "src/empriv/train/__init__.py" in files and "src/empriv/paths.py" in files
+    assert "src/empriv/analysis/report.py" not in files
+
+
+def test_raw_inputs_are_dependencies_through_the_inputs_stage(dvc):
+    stages = dvc["stages"]
+    assert stages["inputs"].get("always_changed") is True
+    assert ".empriv/inputs/corpus.json" in stages["prepare"]["deps"]
+    assert ".empriv/inputs/base.json" in stages["base"]["deps"]
+    assert ".empriv/inputs/base.json" in stages["tokenizer"]["deps"]
+
+
+def test_params_are_listed_by_keys_that_exist(dvc):
+    from empriv.config import Params
+
+    def exists(key: str) -> bool:
+        model = Params
+        for part in key.split("."):
+            fields = getattr(model, "model_fields", None)
+            if fields is None or part not in fields:
+                return False
+            model = fields[part].annotation
+        return True
+
+    bad = {name: [k for k in stage.get("params", []) if isinstance(k, str) and not exists(k)]
+           for name, stage in dvc["stages"].items()}
+    assert not any(bad.values()), f"params keys that config.Params does not have: {bad}"
+    # runtime settings that change results are dependencies of every stage that trains or scores
+    for name in ("train", "score", "audit"):
+        assert {"runtime.threads", "runtime.device"} <= set(dvc["stages"][name]["params"]), name
+    # a score key must not retrain: train and audit do not depend on the score section
+    assert not any(k == "score" or str(k).startswith("score.") for k in dvc["stages"]["train"]["params"])
+
+
+def test_no_import_cycles_between_packages():
+    assert ic.cycles("package") == []
+
+
+def _library_modules():
+    for path in sorted((ROOT / "src/empriv").rglob("*.py")):
+        name = ic.module_name(path)
+        if not name.startswith(STAGE_LAYER) and not name.endswith(CLI):
+            yield name, path
+
+
+def test_library_packages_do_not_know_the_stage_layer_or_file_locations():
+    offenders = {}
+    for name, path in _library_modules():
+        imports = ic.direct_imports(name)
+        bad = sorted(m for m in imports if m.startswith(("empriv.pipeline", "empriv.paths", "empriv.stage")))
+        literals = sorted({n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)
+                           and isinstance(n.value, str) and PIPELINE_PATH.fullmatch(repr(n.value))})
+        if bad or literals:
+            offenders[name] = bad + literals
+    assert not offenders, f"library modules that import the stage layer or name pipeline paths: {offenders}"
+
+
+def test_privacy_and_data_know_nothing_of_training_or_scoring():
+    for name, _ in _library_modules():
+        if name.startswith(("empriv.privacy", "empriv.data", "empriv.config")):
+            deps = ic.closure(name)
+            assert not {m for m in deps if m.startswith(("empriv.train", "empriv.score", "empriv.audit"))}, name
+    assert not any(m.startswith("empriv.") and m not in ("empriv.config",) and not m.startswith("empriv.data")
+                   for m in ic.direct_imports("empriv.config")), "config is the bottom layer"
+
+
+def test_the_inputs_fingerprint_changes_exactly_when_the_file_does(tmp_path):
+    from empriv.pipeline.inputs import fingerprint
+
+    f = tmp_path / "emails.csv"
+    f.write_text("a,b\n1,2\n")
+    one, same = fingerprint(f), fingerprint(f)
+    f.write_text("a,b\n1,3\n")
+    assert one == same and fingerprint(f)["sha256"] != one["sha256"]
+    d = tmp_path / "base"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    first = fingerprint(d)
+    (d / "config.json").rename(d / "other.json")  # same bytes, another name: another input
+    assert fingerprint(d)["sha256"] != first["sha256"] and fingerprint(None) == {"path": None}

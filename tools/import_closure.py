@@ -1,0 +1,224 @@
+"""The empriv source files a module imports, transitively — what a dvc.yaml stage must list under ``deps``.
+
+Every ``import empriv…`` / ``from empriv… import …`` counts, at module level or inside functions (stages import
+lazily), and a package's ``__init__.py`` counts wherever one of its modules is imported. Usage:
+
+    python tools/import_closure.py empriv.pipeline.train      # prints the files, one per line
+    python tools/import_closure.py --cycles [module]           # import cycles among packages (or modules)
+    python tools/import_closure.py --write-dvc                 # rewrites every stage's code deps in dvc.yaml
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+
+
+def module_file(name: str) -> Path | None:
+    base = SRC / Path(*name.split("."))
+    if (base / "__init__.py").exists():
+        return base / "__init__.py"
+    if base.with_suffix(".py").exists():
+        return base.with_suffix(".py")
+    return None
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def direct_imports(name: str) -> frozenset[str]:
+    """empriv modules ``name`` imports directly (including its parent packages' ``__init__``)."""
+    path = module_file(name)
+    if path is None:
+        return frozenset()
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    is_pkg = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                pkg = name.split(".") if is_pkg else name.split(".")[:-1]
+                pkg = pkg[: len(pkg) - (node.level - 1)]
+                mod = ".".join(pkg + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        for t in targets:
+            if t == "empriv" or t.startswith("empriv."):
+                if module_file(t) is not None:
+                    found.add(t)
+    parents = {".".join(name.split(".")[:i]) for i in range(1, len(name.split(".")))}
+    return frozenset((found | parents) - {name})
+
+
+def closure(name: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        todo.extend(direct_imports(m) - seen)
+    return seen
+
+
+def closure_files(name: str) -> list[str]:
+    return sorted(str(module_file(m).relative_to(ROOT)) for m in closure(name))
+
+
+def unit(name: str) -> str:
+    """The layer a module belongs to: its sub-package of empriv (``empriv.data``), or itself (``empriv.config``)."""
+    parts = name.split(".")
+    return ".".join(parts[:2])
+
+
+def cycles(level: str = "package") -> list[list[str]]:
+    """Import cycles among empriv's packages (``level="package"``: empriv.data → empriv.models → empriv.data counts)
+    or modules (``"module"``): strongly connected components of more than one node. Edges to a module's own parent
+    package ``__init__`` are not counted."""
+    modules = [module_name(p) for p in sorted((SRC / "empriv").rglob("*.py"))]
+    edges = {m: {d for d in direct_imports(m) if not m.startswith(d + ".") and not d.startswith(m + ".")} for m in modules}
+    if level == "module":
+        graph = edges
+    else:
+        graph: dict[str, set[str]] = {}
+        for m, ds in edges.items():
+            graph.setdefault(unit(m), set()).update(unit(d) for d in ds if unit(d) != unit(m))
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+    sys.setrecursionlimit(10000)
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for m in sorted(graph):
+        if m not in index:
+            visit(m)
+    return out
+
+
+def stage_entry(cmd: str) -> tuple[str | None, str | None]:
+    """(module, script) a stage's command runs: ``python -m empriv.pipeline.x`` or ``python stages/x.py``."""
+    words = " ".join(str(cmd).split()).split(" ")
+    if "-m" in words:
+        return words[words.index("-m") + 1], None
+    for w in words:
+        if w.endswith(".py"):
+            return None, w
+    return None, None
+
+
+def script_imports(script: str) -> set[str]:
+    tree = ast.parse((ROOT / script).read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("empriv"):
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("empriv")}
+    return {m for m in found if module_file(m) is not None}
+
+
+def stage_code(cmd: str) -> list[str]:
+    """The code files a stage's command runs: its script (if any) and the import closure inside src/empriv."""
+    module, script = stage_entry(cmd)
+    roots = {module} if module else (script_imports(script) if script else set())
+    mods: set[str] = set()
+    for r in roots:
+        mods |= closure(r)
+    files = sorted(str(module_file(m).relative_to(ROOT)) for m in mods)
+    return ([script] if script else []) + compact(files)
+
+
+def is_code_dep(dep: str) -> bool:
+    return dep.startswith(("src/empriv", "stages/"))
+
+
+def write_dvc(path: Path = ROOT / "dvc.yaml") -> list[str]:
+    """Rewrite every stage's code deps from its import closure (other deps, comments and order kept)."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    doc = yaml.load(path.read_text(encoding="utf-8"))
+    changed = []
+    for name, stage in doc["stages"].items():
+        deps = stage.get("deps")
+        if deps is None:
+            continue
+        code = stage_code(stage["cmd"])
+        rest = [d for d in deps if not is_code_dep(str(d))]
+        if [str(d) for d in deps] != code + [str(d) for d in rest]:
+            changed.append(name)
+            deps.clear()
+            deps.extend(code + rest)
+    if changed:
+        with open(path, "w", encoding="utf-8") as fh:
+            yaml.dump(doc, fh)
+    return changed
+
+
+def compact(files: list[str]) -> list[str]:
+    """``files`` with every package whose modules are all listed replaced by its directory."""
+    out = set(files)
+    for pkg_init in sorted((SRC / "empriv").rglob("__init__.py"), key=lambda p: -len(p.parts)):
+        pkg = pkg_init.parent
+        if pkg == SRC / "empriv":
+            continue
+        members = {str(p.relative_to(ROOT)) for p in pkg.rglob("*.py")}
+        if members and members <= out:
+            out -= members
+            out.add(str(pkg.relative_to(ROOT)))
+    return sorted(out)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write-dvc"]:
+        print("updated:", ", ".join(write_dvc()) or "nothing")
+        raise SystemExit(0)
+    if sys.argv[1:2] == ["--cycles"]:
+        for c in cycles(*sys.argv[2:3]):
+            print(" ↔ ".join(c))
+    else:
+        for mod in sys.argv[1:]:
+            print("\n".join(closure_files(mod)))
