@@ -119,3 +119,11 @@ def test_a_study_runs_the_code_of_its_own_commit_not_the_live_tree(tmp_path):
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == str(work / "src" / "empriv" / "__init__.py")
     assert env["EMPRIV_TIMING_LOG"] == str(tmp_path / "cost.jsonl")
+
+
+def test_summarise_cost_counts_only_the_last_execution_of_each_stage():
+    records = [{"stage": "train@a", "wall_s": 100.0, "cpu_s": 1.0, "peak_rss_mb": 10.0},
+               {"stage": "train@a", "wall_s": 2.0, "cpu_s": 1.0, "peak_rss_mb": 5.0},  # re-run after a code change
+               {"stage": "train@b", "wall_s": 3.0, "cpu_s": 1.0, "peak_rss_mb": 7.0}]
+    (row,) = summarise_cost(records)
+    assert row["processes"] == 2 and row["wall_s_total"] == 5.0 and row["wall_s_max"] == 3.0 and row["peak_rss_mb_max"] == 7.0

@@ -105,9 +105,13 @@ def cube_files(params) -> set[str]:
 
 
 def summarise_cost(records: list[dict]) -> list[dict]:
-    """Per stage kind (``train@…`` runs grouped as ``train``): count, total and max wall time, max peak memory."""
+    """Per stage kind (``train@…`` runs grouped as ``train``): count, total and max wall time, max peak memory.
+
+    The timing log is appended to across resumed and re-run studies: only the last record of each stage process
+    (``train@<config>``) counts — the execution whose outputs the study holds."""
     groups: dict[str, dict] = {}
-    for r in records:
+    latest = {r["stage"]: r for r in records}
+    for r in latest.values():
         kind = r["stage"].split("@")[0]
         g = groups.setdefault(kind, {"stage": kind, "processes": 0, "wall_s_total": 0.0, "wall_s_max": 0.0,
                                      "cpu_s_total": 0.0, "peak_rss_mb_max": 0.0})
@@ -194,8 +198,9 @@ def collect(name: str, root: Path, *, raw: dict | None = None, commit: str | Non
              "commit": commit or earlier.get("commit"),
              "dvc_repro_exit_code": exit_code if exit_code is not None else earlier.get("dvc_repro_exit_code"),
              "wall_time_s": round(wall_time_s, 1) if wall_time_s is not None else earlier.get("wall_time_s"),
-             "stage_processes": len(records), "stage_wall_s_total": round(sum(r["wall_s"] for r in records), 1),
-             "stage_cpu_s_total": round(sum(r["cpu_s"] for r in records), 1), "cost": cost,
-             "peak_rss_mb_max": max((r["peak_rss_mb"] for r in records), default=None)}
+             "stage_processes": sum(c["processes"] for c in cost),
+             "stage_wall_s_total": round(sum(c["wall_s_total"] for c in cost), 1),
+             "stage_cpu_s_total": round(sum(c["cpu_s_total"] for c in cost), 1), "cost": cost,
+             "peak_rss_mb_max": max((c["peak_rss_mb_max"] for c in cost), default=None)}
     (out / "study.json").write_text(json.dumps(study, indent=2) + "\n")
     return study
