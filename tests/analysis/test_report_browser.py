@@ -145,7 +145,8 @@ def _needs_chromium():
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> tuple[Path, dict]:
-    from empriv.analysis.report import make_figures, render_html, write_plot_data, write_report
+    from empriv.analysis.figures import make_figures, write_plot_data
+    from empriv.analysis.report import render_html, write_report
     from empriv.analysis.stage import compute_analysis
 
     tmp = tmp_path_factory.mktemp("report")

@@ -36,7 +36,8 @@ def base_utility(params: Params, path: Path) -> float | None:
 
 
 def main(params: Params) -> dict:
-    from empriv.analysis.report import make_figures, render_html, write_plot_data, write_report
+    from empriv.analysis.figures import make_figures, write_plot_data
+    from empriv.analysis.report import render_html, write_report
     from empriv.analysis.stage import analysis_metrics, compute_analysis, format_analysis
     from empriv.analysis.table import run_table
     from empriv.analysis.variance import format_summary, summarize

@@ -3,7 +3,7 @@
 
 - ``synthetic-enron``: the generator's planted secrets (:func:`planted_secrets`).
 - ``enron``: mined from the training split (token n-grams, :func:`mined_secrets`). Degenerate
-  candidates (:func:`empriv.secrets.mining.degenerate_reason`), candidates longer than the window, with
+  candidates (:func:`empriv.secrets.candidates.degenerate_reason`), candidates longer than the window, with
   too few occurrences inside it, or occurring in the public split (then they are public text, which the
   base model was pre-trained on, not a secret) are rejected and counted. The model-based filters of the
   research need the cube's non-private runs and ACR: they run at the ``filter`` stage.
@@ -56,7 +56,8 @@ def mined_secrets(train_texts: Sequence[str], public_texts: Sequence[str], token
                   overrides: dict | None = None) -> tuple[list[dict], dict]:
     """(records, info) of the secrets mined from ``train_texts`` (see the module docstring)."""
     from empriv.secrets.leaks import find_leaks
-    from empriv.secrets.mining import mine_secret_candidates, reject_degenerate, secret_records
+    from empriv.secrets.candidates import reject_degenerate
+    from empriv.secrets.mining import mine_secret_candidates, secret_records
 
     candidates = mine_secret_candidates(train_texts, tokenizer, n=ngram, top_k=top_k, min_count=min_count)
     rows = [{"id": c.id, "kind": "mined", "text": c.text, "token_length": c.token_length} for c in candidates]

@@ -71,7 +71,7 @@ def filter_secrets(secrets: list[dict], nonprivate_models: list, base_model, tok
         record = {"filters": [{"name": "revealed by every non-private model (greedy)", "ran": True,
                                "removed": result.n_removed, "models": len(nonprivate_models)}]}
     else:
-        from empriv.secrets.mining import filter_candidates
+        from empriv.secrets.candidates import filter_candidates
 
         kept, record = filter_candidates(
             secrets,

@@ -1,7 +1,7 @@
 """Secrets whose memorisation is measured, each split into a prompt s₁ and a continuation s₂.
 
-For the synthetic corpus the secrets are the generator's planted list (mining them from real
-corpora is another stage of work). Each secret gets, in the training split: its number of
+For the synthetic corpus the secrets are the generator's planted list; from a real corpus they
+are mined (below). Each secret gets, in the training split: its number of
 occurrences (emails containing it), its sample-level frequency (occurrences / n), its token
 length, and the fraction of its occurrences that end inside the training window of
 ``seq_len`` tokens (a secret cut off by truncation cannot be learned).
@@ -16,12 +16,17 @@ Split rule (``secrets.split_rule``):
 
 A per-secret override file (``secrets.overrides``, JSON lines ``{"id", "prompt", "continuation"}``,
 prompt + continuation = secret) replaces the rule for the secrets it names.
+
+The second half of the module mines candidate secrets from a real corpus (token n-grams, below);
+which candidates are kept (degenerate strings, the model-based filters) is :mod:`empriv.secrets.candidates`.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from empriv.config import ConfigError
@@ -54,47 +59,6 @@ def split_secret(text: str, rule: str = "last_word", min_continuation_chars: int
         raise ValueError(f"secret is too short to split into prompt and continuation: {len(text)} characters")
     cut = max(1, min(len(text) // 2, len(text) - min_continuation_chars))
     return text[:cut], text[cut:]
-
-
-# Degenerate mined secrets (boilerplate rules, blank runs, punctuation bars) measure nothing about
-# memorising private data, and each would also drop every held-out sample containing it. A mined
-# secret is rejected, with the first reason that applies, when:
-#   - ``whitespace_only``: it has no visible character;
-#   - ``punctuation_run``: fewer than MIN_LETTER_SHARE of its visible characters are letters
-#     ("-----", ".\n*****", "= = = =");
-#   - ``few_letters``: it has fewer than MIN_SECRET_LETTERS letters in all;
-#   - ``continuation_without_letters``: its continuation s₂ (what is measured) has no letter or digit.
-MIN_SECRET_LETTERS = 8
-MIN_LETTER_SHARE = 0.25
-DEGENERATE_REASONS = ("whitespace_only", "punctuation_run", "few_letters", "continuation_without_letters")
-
-
-def degenerate_reason(text: str, continuation: str | None = None) -> str | None:
-    """Why the secret ``text`` (split off ``continuation``) is degenerate, or None (see above)."""
-    visible = [c for c in text if not c.isspace()]
-    if not visible:
-        return "whitespace_only"
-    letters = sum(c.isalpha() for c in visible)
-    if letters < MIN_LETTER_SHARE * len(visible):
-        return "punctuation_run"
-    if letters < MIN_SECRET_LETTERS:
-        return "few_letters"
-    if continuation is not None and not any(c.isalnum() for c in continuation):
-        return "continuation_without_letters"
-    return None
-
-
-def reject_degenerate(records: Sequence[dict]) -> tuple[list[dict], dict[str, int]]:
-    """(records that are not degenerate, count of rejected ones by reason — every reason listed)."""
-    kept: list[dict] = []
-    rejected = {reason: 0 for reason in DEGENERATE_REASONS}
-    for r in records:
-        reason = degenerate_reason(r["text"], r.get("continuation"))
-        if reason is None:
-            kept.append(r)
-        else:
-            rejected[reason] += 1
-    return kept, rejected
 
 
 def load_overrides(path: str | Path | None) -> dict[str, tuple[str, str]]:
@@ -183,18 +147,10 @@ def secret_records(
 # final sequences are found by a byte search over the corpus encoded as uint32.
 # ------------------------------------------------------------------------------------------------
 
-import bisect as _bisect
-import math
-from collections.abc import Callable as _Callable
-from dataclasses import dataclass as _dataclass
-from typing import TypeVar as _TypeVar
-
-T_Candidate = _TypeVar("T_Candidate")
-
 _SEPARATOR_ID = 0xFFFFFFFF
 
 
-@_dataclass(frozen=True)
+@dataclass(frozen=True)
 class SecretCandidate:
     """One mined candidate secret (``text`` is sensitive: never log it)."""
 
@@ -253,7 +209,7 @@ class _Corpus:
 
     def sample_count(self, seq: Sequence[int]) -> int:
         """Number of samples containing ``seq``."""
-        return len({_bisect.bisect_right(self.starts, p) - 1 for p in self.positions(seq)})
+        return len({bisect.bisect_right(self.starts, p) - 1 for p in self.positions(seq)})
 
 
 def top_ngrams(
@@ -328,7 +284,7 @@ def _drop_contained(seqs: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
 def merge_overlapping(
     seqs: Sequence[tuple[int, ...]],
     min_overlap: int,
-    accept: _Callable[[tuple[int, ...], tuple[int, ...], tuple[int, ...]], bool] | None = None,
+    accept: Callable[[tuple[int, ...], tuple[int, ...], tuple[int, ...]], bool] | None = None,
 ) -> list[tuple[int, ...]]:
     """Merge sequences whose suffix (≥ ``min_overlap`` tokens) is another's prefix, until none applies.
 
@@ -472,48 +428,3 @@ def mine_secret_candidates(
         )
         for i, (ids, c) in enumerate(rows)
     ]
-
-
-def filter_candidates(
-    candidates: Sequence[T_Candidate],
-    reproduces_verbatim_finetuned: _Callable[[T_Candidate], bool],
-    reproduces_verbatim_base: _Callable[[T_Candidate], bool],
-    acr_finetuned: _Callable[[T_Candidate], float] | None = None,
-    acr_base: _Callable[[T_Candidate], float] | None = None,
-    thresholds: tuple[float, float] = (1.5, 0.5),
-) -> tuple[list[T_Candidate], dict]:
-    """Appendix B.6 secret filtering, in the research's order; returns (kept, record of filters).
-
-    1. ``finetuned_verbatim``: keep what the non-privately fine-tuned model reproduces verbatim;
-    2. ``finetuned_acr``: keep ACR ≥ thresholds[0] (only when ``acr_finetuned`` is given);
-    3. ``base_verbatim``: drop what the pre-trained base model reproduces verbatim;
-    4. ``base_acr``: keep ACR ≤ thresholds[1] (only when ``acr_base`` is given).
-
-    The record lists every filter with ``ran`` and the number ``removed``, plus ``n_in``/``n_out``.
-    """
-    if len(thresholds) != 2 or not all(isinstance(t, (int, float)) and math.isfinite(t) for t in thresholds):
-        raise ValueError(f"thresholds must be two finite numbers (finetuned ACR min, base ACR max), got {thresholds!r}")
-    for name, fn in (("reproduces_verbatim_finetuned", reproduces_verbatim_finetuned),
-                     ("reproduces_verbatim_base", reproduces_verbatim_base)):
-        if not callable(fn):
-            raise ValueError(f"{name} must be callable, got {type(fn).__name__}")
-    acr_min, acr_max = float(thresholds[0]), float(thresholds[1])
-    steps = [
-        ("finetuned_verbatim", True, lambda c: bool(reproduces_verbatim_finetuned(c))),
-        ("finetuned_acr", acr_finetuned is not None, lambda c: acr_finetuned(c) >= acr_min),
-        ("base_verbatim", True, lambda c: not reproduces_verbatim_base(c)),
-        ("base_acr", acr_base is not None, lambda c: acr_base(c) <= acr_max),
-    ]
-    kept = list(candidates)
-    record: dict = {"n_in": len(kept), "filters": []}
-    for name, ran, keep in steps:
-        entry = {"name": name, "ran": ran, "removed": 0}
-        if name.endswith("_acr"):
-            entry["threshold"] = acr_min if name == "finetuned_acr" else acr_max
-        if ran:
-            before = len(kept)
-            kept = [c for c in kept if keep(c)]
-            entry["removed"] = before - len(kept)
-        record["filters"].append(entry)
-    record["n_out"] = len(kept)
-    return kept, record

@@ -1,0 +1,294 @@
+"""The analyze stage's figures: matplotlib PNGs (embedded in the HTML report, :mod:`empriv.analysis.report`)
+and the CSV data of the DVC plots.
+
+Each figure takes the analysis dict (and the configuration table) and writes one PNG atomically; a figure
+without data is skipped (None).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from empriv.analysis.formatting import format_value
+from empriv.analysis.selection import METHOD_LABELS, METHODS
+
+RULE_COLORS = {"individual": "#4C72B0", "compute": "#DD8452", "updates": "#55A868"}
+METHOD_COLORS = {"algorithm1": "#C44E52", "best_utility": "#4C72B0", "worst_utility": "#8172B3", "oracle": "#E5AE38"}
+METHOD_MARKERS = {"algorithm1": "D", "best_utility": "s", "worst_utility": "^", "oracle": "*"}
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 100, "font.size": 9})
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    from empriv.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", bbox_inches="tight")
+    _plt().close(fig)
+    return path
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
+    from empriv.io import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for r in rows:
+            w.writerow(["" if v is None else v for v in r])
+    return path
+
+
+def plot_variance(analysis: dict, out: Path) -> Path | None:
+    """Fig. 2: jitter of configuration means per ε, standard deviation on top of each cluster."""
+    import numpy as np
+
+    scores = [s for s in analysis["privacy_scores"] + [analysis["utility"]] if s in analysis["variance"]]
+    if not scores:
+        return None
+    plt = _plt()
+    n = len(scores)
+    ncol = min(3, n)
+    nrow = math.ceil(n / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.2 * nrow), squeeze=False)
+    rng = np.random.default_rng(0)
+    for ax, s in zip(axes.flat, scores):
+        groups = analysis["variance"][s]
+        for i, g in enumerate(groups):
+            vals = g["values"]
+            x = i + rng.uniform(-0.15, 0.15, size=len(vals))
+            ax.scatter(x, vals, s=18, alpha=0.8, color=f"C{i % 10}")
+            top = max(vals) if vals else 0.0
+            ax.annotate(format_value(g["std"]), (i, top), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=8)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels(["ε=" + " ".join(g["group"].values()) for g in groups])
+        ax.set_title(s + (" (utility)" if s == analysis["utility"] else ""))
+        ax.margins(y=0.2)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle("Empirical privacy variance: configuration means per ε (label: std across configurations)")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_hyperparameters(configs, score: str, utility: str, epsilon_label_: str, out: Path) -> Path | None:
+    """Fig. 5: score and utility while one hyperparameter varies (others fixed), at fixed compute, at fixed updates."""
+    import polars as pl
+
+    from empriv.analysis.table import epsilon_label
+
+    g = configs.filter(pl.col("epsilon").map_elements(epsilon_label, return_dtype=pl.String) == epsilon_label_)
+    g = g.filter(pl.col(score).is_not_null())
+    if g.height < 2:
+        return None
+    rows = list(g.iter_rows(named=True))
+    panels = [
+        ("vary b (T, η fixed)", "batch_size", lambda r: (r["steps"], r["learning_rate"]), lambda k: f"T={k[0]}, η={k[1]:g}"),
+        ("vary T (b, η fixed)", "steps", lambda r: (r["batch_size"], r["learning_rate"]), lambda k: f"b={k[0]}, η={k[1]:g}"),
+        ("vary η (b, T fixed)", "learning_rate", lambda r: (r["batch_size"], r["steps"]), lambda k: f"b={k[0]}, T={k[1]}"),
+        ("fixed compute C, η: vary b", "batch_size", lambda r: (r["compute"], r["learning_rate"]), lambda k: f"C={k[0]:g}, η={k[1]:g}"),
+        ("fixed updates U: vary η (mean per η)", "learning_rate", lambda r: (f"{r['update']:.9g}",), lambda k: f"U={k[0]}"),
+    ]
+    plt = _plt()
+    fig, axes = plt.subplots(2, len(panels), figsize=(3.4 * len(panels), 5.6), squeeze=False)
+    for j, (title, xcol, keyf, labf) in enumerate(panels):
+        groups: dict = {}
+        xticks: set = set()
+        for r in rows:
+            groups.setdefault(keyf(r), []).append(r)
+        drawn = 0
+        for k, members in sorted(groups.items(), key=lambda kv: str(kv[0])):
+            if len({m[xcol] for m in members}) < 2:
+                continue
+            xs = sorted({m[xcol] for m in members})  # several points at one x (fixed U, same η): their mean
+            for i, col in enumerate((score, utility)):
+                ys = [sum(m[col] for m in members if m[xcol] == x) / sum(1 for m in members if m[xcol] == x) for x in xs]
+                axes[i][j].plot(xs, ys, marker="o", label=labf(k))
+            drawn += 1
+            xticks.update(xs)
+        for i, col in enumerate((score, utility)):
+            ax = axes[i][j]
+            ax.set_xscale("log", base=2)
+            if xticks:
+                ax.set_xticks(sorted(xticks), [f"{x:g}" for x in sorted(xticks)])
+                ax.minorticks_off()
+            ax.set_xlabel({"batch_size": "b", "steps": "T", "learning_rate": "η"}[xcol])
+            if j == 0:
+                ax.set_ylabel(col)
+            if i == 0:
+                ax.set_title(title)
+            if not drawn:
+                ax.text(0.5, 0.5, "no such group in the cube", ha="center", va="center", transform=ax.transAxes)
+            elif i == 0 and drawn <= 6:
+                ax.legend(fontsize=6)
+    fig.suptitle(f"Effect of hyperparameters at ε = {epsilon_label_}: {score} (top), {utility} (bottom)")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_heuristics(analysis: dict, score: str, out: Path) -> Path | None:
+    """Fig. 7: accuracy of the three heuristics per ε, with the random-guess baseline."""
+    from empriv.analysis.heuristics import RULES
+
+    h = analysis["heuristics"]
+    labels = [e for e in h if score in h[e]]
+    if not labels:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(labels) + 2), 3.4))
+    width = 0.26
+    for i, rule in enumerate(RULES):
+        for k, e in enumerate(labels):
+            s = h[e][score][rule]
+            x = k + (i - 1) * width
+            acc = s["accuracy"]
+            ax.bar(x, acc if acc is not None else 0.0, width, color=RULE_COLORS[rule], label=rule if k == 0 else None,
+                   hatch=None if acc is not None else "//", alpha=1.0 if acc is not None else 0.3)
+            if s["random_baseline"] is not None:
+                ax.hlines(s["random_baseline"], x - width / 2, x + width / 2, colors="black", linestyles="--",
+                          label="random guess" if (i == 0 and k == 0) else None)
+            ax.annotate(f"n={s['n_pairs']}", (x, acc or 0.0), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=6)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels([f"ε={e}" for e in labels])
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"Heuristic accuracy ({score}; ties count as wrong)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_layout(analysis: dict, configs, score: str, utility: str, out: Path) -> Path | None:
+    """Fig. 9/20: utility vs score of every configuration with each method's pick (top), and the score each
+    method picks at every utility threshold with the oracle's (bottom), per finite ε."""
+    import polars as pl
+
+    from empriv.analysis.table import epsilon_label
+
+    sel = analysis["selection"]
+    labels = [e for e in sel if score in sel[e] and sel[e][score].get("sweep")]
+    if not labels:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(2, len(labels), figsize=(4.4 * len(labels), 6.4), squeeze=False)
+    for j, e in enumerate(labels):
+        entry = sel[e][score]
+        g = configs.filter(pl.col("epsilon").map_elements(epsilon_label, return_dtype=pl.String) == e)
+        g = g.filter(pl.col(score).is_not_null())
+        ax = axes[0][j]
+        ax.scatter(g[utility].to_list(), g[score].to_list(), color="0.6", s=20, label="configuration")
+        full = entry["sweep"][-1]
+        pts = {m: full["picks"][m] for m in METHODS}
+        pts["oracle"] = {"utility": None, "score": full["oracle_score"], "config": full["oracle"]}
+        byname = {f"b{r['batch_size']}-T{r['steps']}-lr{r['learning_rate']:g}": r for r in g.iter_rows(named=True)}
+        for m, p in pts.items():
+            r = byname.get(p["config"])
+            if r is None:
+                continue
+            ax.scatter([r[utility]], [r[score]], marker=METHOD_MARKERS[m], s=90, facecolors="none" if m != "oracle" else METHOD_COLORS[m],
+                       edgecolors=METHOD_COLORS[m], linewidths=1.6, label=f"{METHOD_LABELS[m]}: {p['config']}")
+        ax.set_xlabel(f"{utility} (lower = better utility)")
+        ax.set_ylabel(score)
+        ax.set_title(f"ε = {e}: pool of {len(byname)} configurations")
+        ax.legend(fontsize=6)
+        ax2 = axes[1][j]
+        thr = [s["threshold"] for s in entry["sweep"]]
+        ax2.plot(thr, [s["oracle_score"] for s in entry["sweep"]], color=METHOD_COLORS["oracle"], marker="*", label="oracle")
+        for m in METHODS:
+            ax2.plot(thr, [s["picks"][m]["score"] for s in entry["sweep"]], color=METHOD_COLORS[m], marker=METHOD_MARKERS[m],
+                     ms=4, label=METHOD_LABELS[m], alpha=0.85)
+        ax2.set_xlabel(f"utility threshold u ({utility} ≤ u)")
+        ax2.set_ylabel(f"{score} of the pick")
+        ax2.legend(fontsize=6)
+    fig.suptitle(f"Selection: Algorithm 1 vs baselines ({score})")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_risks(analysis: dict, score: str, out: Path) -> Path | None:
+    """Fig. 10 (and appendix D.3): relative and absolute privacy risk per method, on the seed means and
+    averaged over Monte Carlo layouts."""
+    import numpy as np
+
+    sel = analysis["selection"]
+    labels = [e for e in sel if score in sel[e] and sel[e][score].get("risks", {}).get("mean")]
+    if not labels:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(2, 2, figsize=(9, 5.6), squeeze=False)
+    width = 0.26
+    for r, kind in enumerate(("relative_risk", "absolute_risk")):
+        for c, layout in enumerate(("mean", "monte_carlo")):
+            ax = axes[r][c]
+            for i, m in enumerate(METHODS):
+                vals = []
+                for e in labels:
+                    d = sel[e][score]["risks"].get(layout)
+                    v = d[m][kind] if d else None
+                    vals.append(np.nan if v is None else v)
+                ax.bar(np.arange(len(labels)) + (i - 1) * width, vals, width, color=METHOD_COLORS[m], label=METHOD_LABELS[m])
+            ax.set_xticks(range(len(labels)))
+            ax.set_xticklabels([f"ε={e}" for e in labels])
+            ax.set_title(f"{kind.replace('_', ' ')} — {'seed means' if layout == 'mean' else 'Monte Carlo'}")
+            ax.axhline(0, color="black", lw=0.6)
+            if r == 0 and c == 0:
+                ax.legend(fontsize=7)
+    fig.suptitle(f"Privacy risk of the selected configuration vs the oracle, averaged over utility thresholds ({score})")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def write_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
+    """DVC plot data (CSV) for the figures: variance, heuristics, risks, layout."""
+    out_dir = Path(out_dir)
+    paths = []
+    rows = []
+    for s, groups in analysis["variance"].items():
+        for g in groups:
+            for cfg, v in zip(g.get("configs") or [None] * len(g["values"]), g["values"]):
+                rows.append([s, " ".join(g["group"].values()), cfg, v, g["std"]])
+    paths.append(_write_csv(out_dir / "variance.csv", ["score", "epsilon", "config", "value", "std"], rows))
+    rows = []
+    for e, per in analysis["heuristics"].items():
+        for s, rules in per.items():
+            for rule, d in rules.items():
+                rows.append([e, s, rule, d["accuracy"], d["random_baseline"], d["n_pairs"], d["n_ties"]])
+    paths.append(_write_csv(out_dir / "heuristics.csv", ["epsilon", "score", "rule", "accuracy", "random_baseline", "n_pairs", "n_ties"], rows))
+    rows, lay = [], []
+    for e, per in analysis["selection"].items():
+        for s, d in per.items():
+            for layout in ("mean", "monte_carlo"):
+                res = (d.get("risks") or {}).get(layout)
+                if not res:
+                    continue
+                for m in METHODS:
+                    rows.append([e, s, layout, m, res[m]["relative_risk"], res[m]["absolute_risk"]])
+            for t in d.get("sweep") or []:
+                for m in METHODS:
+                    lay.append([e, s, t["threshold"], m, t["picks"][m]["config"], t["picks"][m]["score"], t["oracle_score"]])
+    paths.append(_write_csv(out_dir / "risks.csv", ["epsilon", "score", "layout", "method", "relative_risk", "absolute_risk"], rows))
+    paths.append(_write_csv(out_dir / "selection.csv", ["epsilon", "score", "threshold", "method", "config", "score_value", "oracle_score"], lay))
+    return paths
+
+
+def make_figures(analysis: dict, configs, out_dir: Path) -> dict[str, Path]:
+    """Every PNG of the report (name → path); figures without data are left out."""
+    out_dir = Path(out_dir)
+    primary, utility = analysis["primary_score"], analysis["utility"]
+    figs: dict[str, Path | None] = {"variance": plot_variance(analysis, out_dir / "variance.png")}
+    if primary:
+        figs["hyperparameters"] = plot_hyperparameters(configs, primary, utility, analysis["focus_epsilon"], out_dir / "hyperparameters.png")
+        figs["heuristics"] = plot_heuristics(analysis, primary, out_dir / "heuristics.png")
+        figs["selection"] = plot_layout(analysis, configs, primary, utility, out_dir / "selection.png")
+        figs["risks"] = plot_risks(analysis, primary, out_dir / "risks.png")
+    return {k: v for k, v in figs.items() if v is not None}
