@@ -278,10 +278,14 @@ def _args(**kw):
     return SimpleNamespace(**base)
 
 
+# a cube built here (tests do not depend on the repository's params.yaml)
+CLI_CUBE = {"epsilon": [2, 64, "inf"], "batch_size": [64, 128], "steps": [16, 32], "learning_rate": [0.005, 0.01], "seed": [0, 1]}
+
+
 def test_run_from_args_accepts_cube_points():
     from empriv.config import run_from_args
 
-    p = load_params(REPO / "params.yaml")
+    p = parse_params({"cube": CLI_CUBE})
     assert run_from_args(p, _args()) == RunConfig(64.0, 128, 32, 0.01, 0)
     run = run_from_args(p, _args(epsilon="inf", batch_size="64", steps="16", learning_rate="0.005", seed="1",
                                  name="epsinf-b64-T16-lr0.005-s1"))
@@ -291,13 +295,16 @@ def test_run_from_args_accepts_cube_points():
 def test_run_from_args_rejects_points_outside_cube_and_wrong_names():
     from empriv.config import run_from_args
 
-    p = load_params(REPO / "params.yaml")
+    p = parse_params({"cube": CLI_CUBE})
     with pytest.raises(ConfigError, match="eps3-b128-T32-lr0.01-s0 is not in params.yaml's cube"):
         run_from_args(p, _args(epsilon="3", name="eps3-b128-T32-lr0.01-s0"))
     with pytest.raises(ConfigError, match="--name 'eps64-b128-T32-lr0.01-s9' does not match"):
         run_from_args(p, _args(name="eps64-b128-T32-lr0.01-s9"))
     with pytest.raises(ConfigError, match="--epsilon"):
         run_from_args(p, _args(epsilon="abc"))
+    with pytest.raises(ConfigError, match="not in params.yaml's audit.cube"):  # the audit stage's points
+        run_from_args(p, _args(batch_size="64", name="eps64-b64-T32-lr0.01-s0"), audit=True)
+    assert run_from_args(p, _args(), audit=True) == RunConfig(64, 128, 32, 0.01, 0)  # the default audit cube
 
 
 def test_run_from_args_accepts_dvc_command_line_for_integral_float_epsilon():

@@ -49,7 +49,7 @@ def test_the_closure_follows_lazy_imports_and_package_inits(tmp_path):
     # train imports the fine-tuning loop inside a function; that module imports the DP loop inside a function
     assert "src/empriv/train/finetune.py" in files and "src/empriv/train/dp.py" in files
     assert "src/empriv/train/__init__.py" in files and "src/empriv/paths.py" in files
-    assert "src/empriv/analysis/report.py" not in files
+    assert "src/empriv/analysis/report.py" not in files and "src/empriv/analysis/figures.py" not in files
 
 
 def test_raw_inputs_are_dependencies_through_the_inputs_stage(dvc):

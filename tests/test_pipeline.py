@@ -27,7 +27,8 @@ TINY = {
     "train": {"micro_batch_size": 16},
     "cube": {"epsilon": [8, "inf"], "batch_size": [32], "steps": [3], "learning_rate": [0.01], "seed": [0, 1]},
     "score": {"vmr_samples": 3, "n_controls": 4,
-              "acr": {"steps": 8, "candidates": 32, "top_k": 64, "seeds": [0], "max_secrets": 2}},
+              "acr": {"steps": 8, "candidates": 32, "top_k": 64, "seeds": [0], "max_secrets": 2, "max_length": 15,
+                      "patience": 10}},
     # the audit cube: its own runs, trained with the member canaries
     "canaries": {"n_canaries": 120, "n_population": 20, "prefix_length": 8},
     "audit": {"cube": {"epsilon": [8, "inf"], "batch_size": [32], "steps": [12], "learning_rate": [0.05], "seed": [0]},
@@ -35,11 +36,19 @@ TINY = {
 }
 
 
+def default_params() -> dict:
+    """Every params section at config's documented defaults (not the repository's params.yaml, which users edit)."""
+    from empriv.config import Params
+
+    return {name: field.get_default(call_default_factory=True).model_dump()
+            for name, field in Params.model_fields.items() if name != "cube"}
+
+
 def write_params(work: Path, overrides: dict) -> None:
-    """The repository's params.yaml with ``overrides`` merged in (DVC needs every section present)."""
+    """config's defaults with ``overrides`` merged in by section (DVC needs every section present)."""
     import yaml
 
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params = default_params()
     for section, values in overrides.items():
         params[section] = {**params.get(section, {}), **values}
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
