@@ -61,10 +61,26 @@ def test_stage_writes_profiles_and_uses_the_cache(params, tmp_path):
 
 
 def test_profiles_csv_format():
-    text = profiles_csv([{"target_epsilon": 2.0, "config": "b1-T1", "accountant": "prv", "delta": 1e-5,
-                          "epsilon": 1.23456789, "noise_multiplier": 0.5}])
-    assert text.splitlines() == ["target_epsilon,config,accountant,noise_multiplier,delta,epsilon",
-                                 "2.0,b1-T1,prv,0.500000,1.000000e-05,1.234568"]
+    text = profiles_csv([{"target_epsilon": 2.0, "target_delta": 1e-5, "config": "b1-T1", "batch_size": 1, "steps": 1,
+                          "sample_rate": 0.001, "accountant": "prv", "delta": 1e-5, "epsilon": 1.23456789,
+                          "noise_multiplier": 0.5}])
+    assert text.splitlines() == [
+        "target_epsilon,target_delta,config,batch_size,steps,sample_rate,accountant,noise_multiplier,delta,epsilon",
+        "2.0,1.000000e-05,b1-T1,1,1,1.000000e-03,prv,0.500000,1.000000e-05,1.234568"]
+
+
+def test_profile_rows_carry_the_configuration_and_the_target(params, tmp_path):
+    """The columns the DVC plots split and place series by: b, T, q = b/n and the target (ε, δ*) on every row."""
+    out = tmp_path / "profiles"
+    stage.main(params, out_dir=out, calibration_cache=None)
+    rows = _rows(out / "profiles.csv")
+    assert {(r["config"], r["batch_size"], r["steps"], r["sample_rate"]) for r in rows} == {
+        ("b20-T10", "20", "10", "2.000000e-02"), ("b100-T10", "100", "10", "1.000000e-01")}
+    assert {(float(r["target_epsilon"]), r["target_delta"]) for r in rows} == {(2.0, "1.000000e-05")}
+    sigma: dict = {}
+    for r in rows:
+        sigma.setdefault((r["config"], r["accountant"]), set()).add(r["noise_multiplier"])
+    assert len(sigma) == 4 and all(len(v) == 1 for v in sigma.values())  # one σ per configuration and accountant
 
 
 def test_stage_runs_as_a_module(tmp_path):

@@ -248,22 +248,47 @@ def plot_risks(analysis: dict, score: str, out: Path) -> Path | None:
     return _save(fig, out)
 
 
+#: how the DVC plots name ε = ∞ (the CSVs keep ``epsilon`` as the analysis labels it: "2", "inf")
+INFINITY_LABEL = "∞"
+
+
+def epsilon_display(label: str) -> str:
+    """ε as the plots show it: "∞" for the non-private reference (analysis label "inf"), else the label itself."""
+    return INFINITY_LABEL if label == "inf" else label
+
+
+def group_display(group: dict) -> str:
+    """A variance group as one axis label: "ε=2", "ε=∞", and any other grouping column after it ("ε=8 · lora")."""
+    parts = [f"ε={epsilon_display(group['epsilon'])}"] if "epsilon" in group else []
+    parts += [str(v) for k, v in group.items() if k != "epsilon"]
+    return " · ".join(parts)
+
+
 def write_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
-    """DVC plot data (CSV) for the figures: variance, heuristics, risks, layout."""
+    """DVC plot data (CSV) for the figures: variance, heuristics, risks, selection.
+
+    Every file is long (one row per plotted value) and carries the columns the plot templates in ``.dvc/plots/``
+    split series by: ``score`` and ``epsilon`` / ``epsilon_label`` (ε = ∞ as "∞", so it is a category on an axis
+    and never a non-number in a numeric one) everywhere, ``group`` (variance), ``rule`` (heuristics), ``layout`` and
+    ``method`` (risks), ``method`` (selection, the oracle as a method of its own).
+    """
     out_dir = Path(out_dir)
     paths = []
     rows = []
     for s, groups in analysis["variance"].items():
         for g in groups:
+            label = g["group"].get("epsilon", "")
             for cfg, v in zip(g.get("configs") or [None] * len(g["values"]), g["values"]):
-                rows.append([s, " ".join(g["group"].values()), cfg, v, g["std"]])
-    paths.append(_write_csv(out_dir / "variance.csv", ["score", "epsilon", "config", "value", "std"], rows))
+                rows.append([s, label, epsilon_display(label), group_display(g["group"]), cfg, v, g["std"]])
+    paths.append(_write_csv(out_dir / "variance.csv", ["score", "epsilon", "epsilon_label", "group", "config", "value", "std"],
+                            rows))
     rows = []
     for e, per in analysis["heuristics"].items():
         for s, rules in per.items():
             for rule, d in rules.items():
-                rows.append([e, s, rule, d["accuracy"], d["random_baseline"], d["n_pairs"], d["n_ties"]])
-    paths.append(_write_csv(out_dir / "heuristics.csv", ["epsilon", "score", "rule", "accuracy", "random_baseline", "n_pairs", "n_ties"], rows))
+                rows.append([e, epsilon_display(e), s, rule, d["accuracy"], d["random_baseline"], d["n_pairs"], d["n_ties"]])
+    paths.append(_write_csv(out_dir / "heuristics.csv", ["epsilon", "epsilon_label", "score", "rule", "accuracy",
+                                                         "random_baseline", "n_pairs", "n_ties"], rows))
     rows, lay = [], []
     for e, per in analysis["selection"].items():
         for s, d in per.items():
@@ -272,12 +297,16 @@ def write_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
                 if not res:
                     continue
                 for m in METHODS:
-                    rows.append([e, s, layout, m, res[m]["relative_risk"], res[m]["absolute_risk"]])
+                    rows.append([e, epsilon_display(e), s, layout, m, res[m]["relative_risk"], res[m]["absolute_risk"]])
             for t in d.get("sweep") or []:
                 for m in METHODS:
-                    lay.append([e, s, t["threshold"], m, t["picks"][m]["config"], t["picks"][m]["score"], t["oracle_score"]])
-    paths.append(_write_csv(out_dir / "risks.csv", ["epsilon", "score", "layout", "method", "relative_risk", "absolute_risk"], rows))
-    paths.append(_write_csv(out_dir / "selection.csv", ["epsilon", "score", "threshold", "method", "config", "score_value", "oracle_score"], lay))
+                    lay.append([e, epsilon_display(e), s, t["threshold"], m, t["picks"][m]["config"], t["picks"][m]["score"],
+                                t["oracle_score"]])
+                lay.append([e, epsilon_display(e), s, t["threshold"], "oracle", t["oracle"], t["oracle_score"], t["oracle_score"]])
+    paths.append(_write_csv(out_dir / "risks.csv", ["epsilon", "epsilon_label", "score", "layout", "method", "relative_risk",
+                                                    "absolute_risk"], rows))
+    paths.append(_write_csv(out_dir / "selection.csv", ["epsilon", "epsilon_label", "score", "threshold", "method", "config",
+                                                        "score_value", "oracle_score"], lay))
     return paths
 
 

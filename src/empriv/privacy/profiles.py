@@ -102,7 +102,10 @@ def profiles(noise_multiplier, sample_rate, steps, deltas: Sequence[float] = DEF
 
 # ----------------------------------------------------------------------------- profiles of a cube
 N_STAGE_DELTAS = 25  # δ grid of the cube's profiles: log-spaced over [δ*·1e-4, min(0.5, δ*·1e3)], plus δ*
-PROFILE_COLUMNS = ("target_epsilon", "config", "accountant", "noise_multiplier", "delta", "epsilon")
+#: columns of profiles.csv: the target (ε, δ*), the configuration (name, b, T, q = b/n), the accountant and its σ, and
+#: one point (δ, ε(δ)) of the profile; the DVC plots split series by config and accountant and draw δ and σ on log axes
+PROFILE_COLUMNS = ("target_epsilon", "target_delta", "config", "batch_size", "steps", "sample_rate", "accountant",
+                   "noise_multiplier", "delta", "epsilon")
 
 
 def cube_deltas(delta: float, n: int = N_STAGE_DELTAS) -> list[float]:
@@ -116,7 +119,8 @@ def cube_profiles(epsilons, batch_sizes, steps_list, n: int, delta: float, accou
                   cache=None) -> list[dict]:
     """ε(δ) rows for every finite (ε, b, T) of a cube, each calibrated to (ε, δ) with q = b/n.
 
-    Rows: target_epsilon, config, accountant, delta, epsilon, noise_multiplier. With the numerical
+    Rows: target_epsilon, target_delta, config, batch_size, steps, sample_rate, accountant, delta, epsilon,
+    noise_multiplier. With the numerical
     accountant (``accountant``), all profiles of one target ε pass through (ε, δ) and cross there:
     same guarantee at δ, different curves elsewhere. Rows with accountant ``moments`` calibrate σ with
     the closed-form moments accountant instead: those profiles coincide (the research's Fig. 11).
@@ -133,19 +137,19 @@ def cube_profiles(epsilons, batch_sizes, steps_list, n: int, delta: float, accou
             for t in steps_list:
                 q = min(1.0, b / n)
                 cal = calibrate_noise_multiplier(eps, delta, q, t, accountant, cache=cache)
-                name = f"b{b}-T{t}"
+                config = {"target_epsilon": eps, "target_delta": delta, "config": f"b{b}-T{t}", "batch_size": b,
+                          "steps": t, "sample_rate": q}
                 for d, e in zip(deltas, epsilon_profile(cal.noise_multiplier, q, t, deltas, cal.accountant)):
-                    rows.append({"target_epsilon": eps, "config": name, "accountant": cal.accountant, "delta": d,
-                                 "epsilon": e, "noise_multiplier": cal.noise_multiplier})
+                    rows.append({**config, "accountant": cal.accountant, "delta": d, "epsilon": e,
+                                 "noise_multiplier": cal.noise_multiplier})
                 sigma_ma = calibrate_moments_accountant(eps, delta, q, t)
                 for d, e in zip(deltas, moments_accountant_profile(sigma_ma, q, t, deltas)):
-                    rows.append({"target_epsilon": eps, "config": name, "accountant": "moments", "delta": d,
-                                 "epsilon": e, "noise_multiplier": sigma_ma})
+                    rows.append({**config, "accountant": "moments", "delta": d, "epsilon": e, "noise_multiplier": sigma_ma})
     return rows
 
 
 def profiles_csv(rows: list[dict]) -> str:
-    """The rows as CSV text (columns :data:`PROFILE_COLUMNS`; δ and ε in fixed formats)."""
+    """The rows as CSV text (columns :data:`PROFILE_COLUMNS`; δ, δ*, q, σ and ε in fixed formats)."""
     import csv
     import io
 
@@ -154,7 +158,8 @@ def profiles_csv(rows: list[dict]) -> str:
     w.writeheader()
     for r in rows:
         w.writerow({**r, "delta": f"{r['delta']:.6e}", "epsilon": f"{r['epsilon']:.6f}",
-                    "noise_multiplier": f"{r['noise_multiplier']:.6f}"})
+                    "noise_multiplier": f"{r['noise_multiplier']:.6f}", "target_delta": f"{r['target_delta']:.6e}",
+                    "sample_rate": f"{r['sample_rate']:.6e}"})
     return buf.getvalue()
 
 
