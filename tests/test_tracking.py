@@ -1,13 +1,37 @@
-"""empriv.tracking: secrets never reach W&B (scrubber, disabled mode, a real offline run)."""
+"""empriv.tracking: one W&B run per configuration (train, score and audit parts), one summary run per pipeline, the
+project-level directory (also from a DVC temporary copy), and no secret or canary in any file W&B writes."""
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import os
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from empriv.io import write_jsonl
-from empriv.tracking import REDACTED, SecretScrubber, Tracker, start_run
+from empriv.tracking import (
+    JOURNAL_DIR,
+    REDACTED,
+    SecretScrubber,
+    epsilon_checkpoints,
+    epsilon_tags,
+    local_copies,
+    numeric,
+    open_configuration_run,
+    open_run,
+    open_summary_run,
+    project_root,
+    read_journal,
+    run_id,
+    study_group,
+)
 
 SECRET = {
     "id": "secret-03",
@@ -15,8 +39,11 @@ SECRET = {
     "prompt": "Rita Mcconnell\nEB 5781\n713",
     "continuation": "-345-6593",
 }
+OTHER = {"id": "secret-01", "text": "Forwarded by Stacy B Dasovich/CAL/Enron"}
+WANDB_ENV = ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR")
 
 
+# --------------------------------------------------------------------------- scrubbing
 def test_scrubber_redacts_strings_containing_text_prompt_or_continuation(caplog):
     scrub = SecretScrubber([SECRET])
     with caplog.at_level(logging.WARNING, logger="empriv.tracking"):
@@ -59,65 +86,454 @@ def test_scrubber_from_files_reads_existing_files_only(tmp_path):
     assert scrub("Forwarded by Stacy B Kean/CAL/Enron") == "Forwarded by Stacy B Kean/CAL/Enron"
 
 
-class _Recorder:
-    def __init__(self):
-        self.logged = []
+def _canary_set():
+    from empriv.secrets.canaries import Canary, CanarySet
 
-    def log(self, metrics, step):
-        self.logged.append((metrics, step))
-
-
-def test_tracker_scrubs_what_it_logs():
-    rec = _Recorder()
-    t = Tracker(rec, SecretScrubber([SECRET]))
-    t.log({"loss": 0.5, "sample": "...-345-6593"}, step=3)
-    assert rec.logged == [({"loss": 0.5, "sample": REDACTED}, 3)]
+    canaries = [Canary("c0000", (101, 102, 103, 104), (250, 251), True),
+                Canary("c0001", (105, 106, 107, 108), (252, 253, 254), False),
+                Canary("c0002", (109, 110, 111, 112), (255,), None)]
+    return CanarySet(canaries, design="random", prefix="random", loss="sft", base_vocab_size=300)
 
 
-def test_disabled_tracker_logs_nothing(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "disabled")
+def test_scrubber_with_canaries_redacts_their_token_ids_in_lists_and_text():
+    scrub = SecretScrubber([SECRET]).with_canaries(_canary_set())
+    assert scrub([7, 101, 102, 103, 104, 250, 251, 9]) == REDACTED  # a whole canary inside a list of ids
+    assert scrub((1, 252, 253, 254)) == REDACTED  # a secret of >= 3 tokens on its own
+    assert scrub({"ids": "[105, 106, 107, 108, 252, 253, 254]"}) == {"ids": REDACTED}  # as JSON text
+    assert scrub("tokens 109 110 111 112 255 here") == REDACTED  # space-separated
+    assert scrub("109,110,111,112,255") == REDACTED  # comma-separated
+    # a 2-token secret alone, other numbers and booleans are left alone (no chance hits on any list of numbers)
+    assert scrub([250, 251]) == [250, 251]
+    assert scrub([101, 102, 103, 999]) == [101, 102, 103, 999]
+    assert scrub([True, False, True]) == [True, False, True]
+    assert scrub("call -345-6593 now") == REDACTED  # the secrets are still there
+
+
+def test_scrubber_with_canaries_redacts_their_decoded_text(gpt2_tokenizer):
+    from empriv.secrets.canaries import Canary, CanarySet
+
+    tok = gpt2_tokenizer
+    prefix, secret = tok.encode(" zebra quantum"), tok.encode(" marmalade cathedral")
+    cs = CanarySet([Canary("c0009", tuple(prefix), tuple(secret), True)], design="random", prefix="random", loss="sft",
+                   base_vocab_size=tok.vocab_size)
+    scrub = SecretScrubber().with_canaries(cs, tok)
+    assert scrub("the model said marmalade cathedral twice") == REDACTED
+    assert scrub("zebra quantum marmalade cathedral") == REDACTED
+    assert scrub("marmalade alone") == "marmalade alone"
+
+
+def test_numeric_makes_json_safe_values_with_infinity_as_none():
+    import numpy as np
+
+    assert numeric({"epsilon": math.inf, "x": [1.5, -math.inf, math.nan], "t": (1, 2), "n": np.float32(0.5),
+                    "k": np.int64(3), "p": Path("a/b"), "b": True}) == \
+        {"epsilon": None, "x": [1.5, None, None], "t": [1, 2], "n": 0.5, "k": 3, "p": "a/b", "b": True}
+
+
+# --------------------------------------------------------------------------- names, groups, ids, ε
+def test_run_ids_are_deterministic_distinct_and_safe():
+    a = run_id("empriv", "workspace", "eps8-b64-T16-lr0.005-s0")
+    assert a == run_id("empriv", "workspace", "eps8-b64-T16-lr0.005-s0")
+    assert a.startswith("workspace--eps8-b64-T16-lr0_005-s0-")
+    others = {run_id("empriv", "workspace", "eps8-b64-T16-lr0.005-s1"), run_id("empriv", "exp-a", "eps8-b64-T16-lr0.005-s0"),
+              run_id("other", "workspace", "eps8-b64-T16-lr0.005-s0"), run_id("empriv", "workspace", "eps8-b64-T16-lr0_005-s0")}
+    assert a not in others and len(others) == 4
+    assert all(c.isalnum() or c in "-_" for c in a)
+
+
+def test_epsilon_tags():
+    assert epsilon_tags(8.0, "lora") == ["eps=8", "method=lora"]
+    assert epsilon_tags(0.5, None) == ["eps=0.5"]
+    assert epsilon_tags(math.inf, "full") == ["eps=inf", "non-private", "method=full"]
+
+
+def test_study_group_precedence(monkeypatch, tmp_path):
+    for var in ("EMPRIV_WANDB_GROUP", "DVC_EXP_NAME", "DVC_ROOT"):
+        monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
-    t = start_run(project="p", name="n", group="g", job_type="train", config={"a": 1}, mode="offline",
-                  scrub=SecretScrubber([SECRET]), directory=tmp_path / "wb")
-    assert t.mode == "disabled"
-    t.log({"loss": 1.0}, step=0)
+    assert study_group() == "workspace"
+    study = tmp_path / ".studies" / "enron-smollm2"
+    study.mkdir(parents=True)
+    monkeypatch.setenv("DVC_ROOT", str(study))
+    assert study_group() == "enron-smollm2"
+    monkeypatch.setenv("DVC_EXP_NAME", "lobed-pads")
+    assert study_group() == "lobed-pads"
+    monkeypatch.setenv("EMPRIV_WANDB_GROUP", "my-study")
+    assert study_group() == "my-study"
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+def test_project_root_from_subdirectories_worktrees_dvc_temp_copies_and_without_git(tmp_path, monkeypatch):
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    repo = tmp_path / "repo"
+    (repo / "src" / "pkg").mkdir(parents=True)
+    _git("init", "-q", cwd=repo)
+    (repo / "f").write_text("x")
+    _git("add", "f", cwd=repo)
+    _git("commit", "-qm", "one", cwd=repo)
+    assert project_root(repo / "src" / "pkg") == repo.resolve()
+    # a preset study: a git worktree under .studies/ shares the main checkout's git directory
+    _git("worktree", "add", "-q", "--detach", str(repo / ".studies" / "s1"), cwd=repo)
+    assert project_root(repo / ".studies" / "s1") == repo.resolve()
+    # a DVC temporary copy is a git repository of its own: the part before .dvc/tmp/exps wins
+    tmpcopy = repo / ".dvc" / "tmp" / "exps" / "tmpab12cd"
+    tmpcopy.mkdir(parents=True)
+    _git("init", "-q", cwd=tmpcopy)
+    assert project_root(tmpcopy) == repo.resolve()
+    # DVC_ROOT (set by DVC for every stage; the original repository for queued experiments) wins over the start
+    monkeypatch.setenv("DVC_ROOT", str(repo / ".studies" / "s1"))
+    assert project_root(tmp_path) == repo.resolve()
+    monkeypatch.delenv("DVC_ROOT")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert project_root(plain) == plain.resolve()
+
+
+def test_epsilon_checkpoints_thin_the_logged_steps_and_keep_the_last():
+    assert epsilon_checkpoints(5, 1) == [1, 2, 3, 4, 5]
+    assert epsilon_checkpoints(10, 4) == [1, 5, 9, 10]
+    pts = epsilon_checkpoints(1000, 1, max_points=20)
+    assert len(pts) == 20 and pts[0] == 1 and pts[-1] == 1000 and pts == sorted(set(pts))
+    assert epsilon_checkpoints(0, 1) == []
+
+
+def test_spent_epsilon_grows_to_the_calibrated_target():
+    from empriv.privacy.accounting import calibrate_noise_multiplier, epsilon_for
+    from empriv.train.finetune import spent_epsilons
+
+    q, steps, delta = 0.05, 40, 1e-5
+    cal = calibrate_noise_multiplier(4.0, delta, q, steps, accountant="prv")
+    spent = spent_epsilons(cal.noise_multiplier, q, delta, [1, 10, 20, 40], cal.accountant)
+    values = [spent[t] for t in (1, 10, 20, 40)]
+    assert values == sorted(values) and values[0] < values[-1]
+    assert spent[40] == pytest.approx(epsilon_for(cal.noise_multiplier, q, steps, delta, "prv"))
+    assert spent[40] == pytest.approx(4.0, rel=0.02)
+    assert spent[10] == pytest.approx(epsilon_for(cal.noise_multiplier, q, 10, delta, "prv"))
+
+
+# --------------------------------------------------------------------------- the offline files
+def read_transaction_log(path: Path) -> list:
+    """The records of a W&B transaction log (``.wandb``): LevelDB-log chunks in 32 KiB blocks after a 7-byte
+    ``:W&B`` header (wandb-core's core/pkg/leveldb/record.go), each record a ``wandb_internal_pb2.Record``."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", data[:7]
+    block, header = 32 * 1024, 7
+    records, pending, pos = [], b"", 7
+    while pos + header <= len(data):
+        block_end = (pos // block + 1) * block
+        if pos + header > block_end:  # the rest of a block is padding
+            pos = block_end
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + header])
+        if length == 0 and kind == 0:
+            pos = block_end
+            continue
+        payload = data[pos + header : pos + header + length]
+        pos += header + length
+        pending = payload if kind in (1, 2) else pending + payload
+        if kind in (1, 4):
+            rec = wandb_internal_pb2.Record()
+            rec.ParseFromString(pending)
+            records.append(rec)
+            pending = b""
+    return records
+
+
+def _put(target: dict, item) -> None:
+    """Set a history/summary/config item (a ``key``, or a ``nested_key`` path for nested dicts) in ``target``."""
+    path = [item.key] if item.key else list(item.nested_key)
+    for k in path[:-1]:
+        target = target.setdefault(k, {})
+    target[path[-1]] = json.loads(item.value_json)
+
+
+def run_contents(run_dir: Path) -> dict:
+    """What a local run directory holds: its run record, history rows, summary and config (JSON-decoded)."""
+    (log_file,) = list(run_dir.glob("*.wandb"))
+    out: dict = {"history": [], "summary": {}, "config": {}, "run": None}
+    for rec in read_transaction_log(log_file):
+        kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            out["run"] = rec.run
+            for item in rec.run.config.update:
+                _put(out["config"], item)
+        elif kind == "history":
+            row: dict = {}
+            for item in rec.history.item:
+                _put(row, item)
+            out["history"].append(row)
+        elif kind == "summary":
+            for item in rec.summary.update:
+                _put(out["summary"], item)
+        elif kind == "config":
+            for item in rec.config.update:
+                _put(out["config"], item)
+    return out
+
+
+def scan_for(root: Path, needles: list[str]) -> list[tuple[str, Path]]:
+    """(needle, file) for every needle found in any file under ``root``: UTF-8, UTF-16 and JSON-escaped forms."""
+    hits = []
+    for p in (q for q in root.rglob("*") if q.is_file()):
+        blob = p.read_bytes()
+        for needle in needles:
+            forms = {needle.encode("utf-8"), needle.encode("utf-16-le"), json.dumps(needle)[1:-1].encode()}
+            if any(f in blob for f in forms):
+                hits.append((needle, p))
+    return hits
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    """W&B offline with every W&B directory inside tmp_path, the project root tmp_path/project."""
+    pytest.importorskip("wandb")
+    for var in WANDB_ENV:
+        monkeypatch.setenv(var, str(tmp_path / var.lower()))
+    for var in ("EMPRIV_WANDB_GROUP", "DVC_EXP_NAME", "DVC_ROOT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    root = tmp_path / "project"
+    root.mkdir()
+    monkeypatch.setenv("EMPRIV_WANDB_DIR", str(root))
+    monkeypatch.chdir(root)
+    return root
+
+
+def tiny_params(**train):
+    from empriv.config import parse_params
+
+    return parse_params({
+        "runtime": {"device": "cpu", "threads": 1, "wandb_mode": "offline"},
+        "data": {"n_train": 200},
+        "train": {"micro_batch_size": 32, "log_every": 1, **train},
+        "cube": {"epsilon": [8], "batch_size": [16], "steps": [6], "learning_rate": [0.01], "seed": [0]},
+    })
+
+
+def tiny_data(n: int = 200):
+    import torch
+
+    from empriv.models.lm import encode_fixed
+
+    g = torch.Generator().manual_seed(0)
+    return encode_fixed([torch.randint(0, 299, (12,), generator=g).tolist() for _ in range(n)], 299, 16)
+
+
+def test_disabled_mode_writes_nothing(tmp_path, monkeypatch):
+    from empriv.config import RunConfig
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setenv("EMPRIV_WANDB_DIR", str(tmp_path / "wb"))
+    monkeypatch.chdir(tmp_path)
+    t = open_configuration_run(tiny_params(), RunConfig(8.0, 16, 6, 0.01, 0), section="train",
+                               scrub=SecretScrubber([SECRET]))
+    assert t.mode == "disabled" and not t.active
+    t.log({"train/loss": 1.0})
+    t.config({"a": 1})
+    t.summary({"s": 1})
+    t.table("t", ["a"], [[1]])
     t.finish({"final": 1.0})
     assert list(tmp_path.iterdir()) == []
 
 
-def test_offline_wandb_run_never_writes_a_secret(tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
-    for var in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
-        monkeypatch.setenv(var, str(tmp_path / var.lower()))
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.chdir(tmp_path)
-    secrets = [SECRET, {"id": "secret-01", "text": "Forwarded by Stacy B Dasovich/CAL/Enron"}]
-    tracker = start_run(
-        project="empriv-test",
-        name="eps8-b64-T16-lr0.01-s0",
-        group="eps8-b64-T16-lr0.01",
-        job_type="train",
-        config={"epsilon": 8.0, "note": "leak " + SECRET["text"], "nested": {"p": [SECRET["prompt"]]}},
-        mode="online",  # the environment variable wins
-        scrub=SecretScrubber(secrets),
-        directory=tmp_path / "run",
-    )
-    assert tracker.mode == "offline"
-    tracker.log({"train/loss": 1.5, "sample": "generated: Forwarded by Stacy B Dasovich/CAL/Enron"}, step=0)
-    tracker.log({"train/loss": 1.25, "sample": "harmless"}, step=1)
-    tracker.finish({"final": SECRET["continuation"] + "!", "final_loss": 1.25})
+def test_train_score_and_audit_make_one_complete_offline_run_per_configuration(offline, gpt2_tokenizer):
+    """The real train_model (cube part and audit part), the score stage's and the audit stage's tracking, each in
+    its own session as in separate processes: one local copy of the run remains, holding all three parts; no
+    secret or canary reaches any file written."""
+    from tiny_models import tiny_gpt2
 
-    files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert any(p.suffix == ".wandb" for p in files), [p.name for p in files]
-    blobs = {p: p.read_bytes() for p in files}
-    assert any(b"harmless" in b for b in blobs.values())  # the run did record logged values
-    needles = [
-        SECRET["text"], SECRET["prompt"], SECRET["continuation"], "Dasovich/CAL/Enron", "EB 5781",
-    ]
-    for p, blob in blobs.items():
-        for needle in needles:
-            for enc in ("utf-8", "utf-16-le"):
-                assert needle.encode(enc) not in blob, f"{needle!r} found in {p}"
-            # JSON escapes the newlines of the secret text
-            assert needle.replace("\n", "\\n").encode() not in blob, f"{needle!r} (escaped) found in {p}"
+    from empriv.config import RunConfig
+    from empriv.pipeline.audit import track_audit
+    from empriv.pipeline.score import track_scores
+    from empriv.train.finetune import train_model
+
+    params = tiny_params()
+    run = RunConfig(8.0, 16, 6, 0.01, 0)
+    ids, mask = tiny_data()
+    cs = _canary_set()
+    secrets = [SECRET, OTHER]
+
+    # train: train_model opens the configuration's run itself (section train)
+    _, metrics = train_model(params, run, tiny_gpt2(), ids, mask, scrub_secrets=secrets)
+    rid = run_id("empriv", "workspace", run.name)
+    (first,) = local_copies(offline, rid)
+    assert first.name.startswith("offline-run-")
+
+    # score: the score stage's tracking (a secret smuggled into a per-secret row and a metric)
+    score_metrics = {"config": run.name, **run.as_dict(), "test_nll": 3.25, "exposure_gap_mean": 0.5,
+                     "note": "generated " + SECRET["text"], "acr_protocol": {"ran": False, "why_not": "off"},
+                     "per_secret": [{"id": "secret-03", "vmr": 0.0, "exposure_gap": 0.5, "sample": SECRET["continuation"]},
+                                    {"id": "secret-01", "vmr": 0.1, "exposure_gap": None, "frequency": 0.01}]}
+    track_scores(params, run, score_metrics, secrets)
+
+    # audit: its own training curve, then its results, in one session (as pipeline.audit does)
+    scrub = SecretScrubber(secrets).with_canaries(cs, gpt2_tokenizer)
+    with open_configuration_run(params, run, section="audit", scrub=scrub) as t:
+        train_model(params, run, tiny_gpt2(), ids, mask, job_type="audit", tracker=t)
+        t.log({"audit/train/step": 99, "leak": [5, 101, 102, 103, 104, 250, 251]})  # a canary as token ids
+        track_audit(t, {"audit_eps_lb_95": 0.25, "audit_eps_lb_99": 0.1, "audit_auc": 0.61, "audit_design": "random",
+                        "audit_mia": {"loss": {"auc": 0.61, "tpr_at_fpr_0.01": 0.02},
+                                      "zlib": {"auc": 0.55, "tpr_at_fpr_0.01": 0.0}},
+                        "optimistic_eps_lb_max_over_r": {"0.95": 0.3}, "wall_time_s": 1.5})
+        t.summary({"audit/canary_text": "[105, 106, 107, 108, 252, 253, 254]"})
+
+    copies = local_copies(offline, rid)
+    assert len(copies) == 1 and copies[0] != first and not first.exists()
+    got = run_contents(copies[0])
+    assert got["run"].display_name == run.name and got["run"].run_id == rid
+    assert got["run"].run_group == "workspace" and got["run"].job_type == "configuration"
+    assert set(got["run"].tags) == {"eps=8", "method=full"}
+    assert got["config"]["epsilon"] == 8.0 and got["config"]["private"] is True
+    assert got["config"]["configuration"] == run.name and got["config"]["data"]["n_train"] == 200
+    assert got["config"]["noise_multiplier"] == pytest.approx(metrics["noise_multiplier"])
+    assert got["config"]["audit_run"]["noise_multiplier"] == pytest.approx(metrics["noise_multiplier"])
+
+    train_rows = [r for r in got["history"] if "train/loss" in r]
+    assert [r["train/step"] for r in train_rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["train/loss"] for r in train_rows] == pytest.approx(metrics["loss_curve"])
+    assert all(r["train/noise_multiplier"] == pytest.approx(metrics["noise_multiplier"]) for r in train_rows)
+    eps = [r["train/epsilon"] for r in train_rows]
+    assert eps == sorted(eps) and eps[-1] == pytest.approx(metrics["epsilon_calibrated"], rel=1e-6)
+    audit_rows = [r for r in got["history"] if "audit/train/loss" in r]
+    assert [r["audit/train/step"] for r in audit_rows] == [1, 2, 3, 4, 5, 6]
+    steps = [r["_step"] for r in got["history"] if "_step" in r]
+    assert steps == sorted(steps)
+
+    s = got["summary"]
+    assert s["train/final_loss"] == pytest.approx(metrics["final_loss"])
+    assert s["train/epsilon_prv"] == pytest.approx(metrics["epsilon_prv"])
+    assert s["score/test_nll"] == 3.25 and s["score/exposure_gap_mean"] == 0.5 and s["score/note"] == REDACTED
+    assert s["audit/eps_lb_95"] == 0.25 and s["audit/auc"] == 0.61 and s["audit/canary_text"] == REDACTED
+    assert s["audit/mia"]["_type"] == "table-file" and s["score/per_secret"]["_type"] == "table-file"
+    assert "epsilon" not in s and "score/per_secret" in s
+    leak_rows = [r for r in got["history"] if "leak" in r]
+    assert [r["leak"] for r in leak_rows] == [REDACTED]
+
+    # the per-secret table landed as a file, with the smuggled continuation redacted
+    (table_file,) = list(copies[0].rglob("score/per_secret*.table.json"))
+    table = json.loads(table_file.read_text())
+    assert table["columns"] == ["id", "vmr", "exposure_gap", "sample", "frequency"]
+    assert table["data"][0][:4] == ["secret-03", 0.0, 0.5, REDACTED]
+
+    # the journal (inside the W&B directory) holds all three parts, scrubbed
+    journal = read_journal(offline, rid)
+    assert set(journal["sections"]) == {"train", "score", "audit"}
+
+    needles = sorted({*SecretScrubber(secrets).with_canaries(cs, gpt2_tokenizer).needles, "Dasovich/CAL/Enron", "EB 5781"})
+    assert any("Mcconnell" in n for n in needles) and "[105, 106, 107, 108, 252, 253, 254]" in needles
+    files = [p for p in (offline / "wandb").rglob("*") if p.is_file()]
+    assert len(files) >= 5 and (offline / "wandb" / JOURNAL_DIR / f"{rid}.json").is_file()
+    assert scan_for(offline, needles) == []
+
+
+def test_rewriting_a_part_replaces_it_and_a_failed_stage_keeps_the_last_complete_copy(offline):
+    from empriv.config import RunConfig
+
+    params, run = tiny_params(), RunConfig(math.inf, 16, 6, 0.01, 1)
+    scrub = SecretScrubber([SECRET])
+    with open_configuration_run(params, run, section="train", scrub=scrub) as t:
+        t.axis("train/*", "train/step")
+        for i in range(3):
+            t.log({"train/step": i + 1, "train/loss": 2.0 - i})
+    with open_configuration_run(params, run, section="score", scrub=scrub) as t:
+        t.summary({"score/test_nll": 4.0})
+    with open_configuration_run(params, run, section="train", scrub=scrub) as t:  # train again: 2 rows now
+        for i in range(2):
+            t.log({"train/step": i + 1, "train/loss": 1.0 - i})
+    rid = run_id("empriv", "workspace", run.name)
+    (good,) = local_copies(offline, rid)
+    got = run_contents(good)
+    assert [r["train/loss"] for r in got["history"] if "train/loss" in r] == [1.0, 0.0]
+    assert got["summary"]["score/test_nll"] == 4.0
+    assert set(got["run"].tags) == {"eps=inf", "non-private", "method=full"} and got["config"]["epsilon"] is None
+    with pytest.raises(RuntimeError, match="boom"):
+        with open_configuration_run(params, run, section="score", scrub=scrub) as t:
+            t.summary({"score/test_nll": 9.0})
+            raise RuntimeError("boom")
+    assert local_copies(offline, rid) == [good]
+    assert read_journal(offline, rid)["sections"]["score"]["summary"] == {"score/test_nll": 4.0}
+
+
+def test_summary_run_holds_tables_and_figures_and_is_rewritten_whole(offline):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    png = offline / "variance.png"
+    plt.plot([0, 1], [1, 0])
+    plt.savefig(png)
+    plt.close()
+    params = tiny_params()
+    scrub = SecretScrubber([SECRET])
+    with open_summary_run(params, scrub=scrub) as t:
+        t.table("analysis/runs", ["config", "epsilon", "test_nll"], [["eps8-b16-T6-lr0.01-s0", 8.0, 3.0],
+                                                                     ["epsinf-b16-T6-lr0.01-s0", math.inf, 2.5]])
+        t.image("figures/variance", png, caption="variance")
+        t.summary({"analysis/n_runs": 2})
+    with open_summary_run(params, scrub=scrub) as t:
+        t.table("analysis/runs", ["config", "epsilon", "test_nll"], [["eps8-b16-T6-lr0.01-s0", 8.0, 3.5]])
+        t.image("figures/variance", png, caption="variance")
+    rid = run_id("empriv", "workspace", "analysis-workspace")
+    (copy,) = local_copies(offline, rid)
+    got = run_contents(copy)
+    assert got["run"].job_type == "analysis" and got["run"].display_name == "analysis-workspace"
+    assert "analysis/n_runs" not in got["summary"]  # the second analysis replaced the first whole
+    assert got["summary"]["figures/variance"]["_type"] == "image-file"
+    (table_file,) = list(copy.rglob("analysis/runs*.table.json"))
+    assert json.loads(table_file.read_text())["data"] == [["eps8-b16-T6-lr0.01-s0", 8.0, 3.5]]
+    assert len(list(copy.rglob("figures/variance*.png"))) == 1
+
+
+def test_runs_of_a_dvc_experiment_in_a_temporary_copy_land_in_the_project(tmp_path):
+    """A queued experiment (`dvc exp run --queue`, `dvc queue start`) runs the stage in .dvc/tmp/exps/<tmp> and
+    deletes that copy: the offline run is in the project's wandb/ afterwards, grouped under the experiment's name."""
+    pytest.importorskip("wandb")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "EMPRIV_WANDB", "DVC_"))}
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", WANDB_MODE="offline",
+               WANDB_SILENT="true", **{v: str(tmp_path / v.lower()) for v in WANDB_ENV})
+    script = (
+        "import os\n"
+        "from empriv.tracking import SecretScrubber, open_run, study_group\n"
+        "with open_run(project='empriv', group=study_group(), name='eps8-b16-T6-lr0.01-s0', section='train',\n"
+        "              mode='offline', scrub=SecretScrubber()) as t:\n"
+        "    t.log({'train/step': 1, 'train/loss': 1.5})\n"
+        "    t.summary({'ran_in': os.getcwd()})\n"
+        "open('out.txt', 'w').write(os.getcwd())\n"
+    )
+    (repo / "log_run.py").write_text(script)
+    (repo / "dvc.yaml").write_text("stages:\n  log:\n    cmd: python log_run.py\n    deps: [log_run.py]\n"
+                                   "    outs: [out.txt]\n")
+    (repo / ".gitignore").write_text("/wandb/\n")
+    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "init"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *cmd[1:]] if cmd[0] == "git"
+                       else cmd, cwd=repo, env=env, check=True, capture_output=True)
+    for cmd in (["dvc", "exp", "run", "--queue", "-n", "exp-one"], ["dvc", "queue", "start"]):
+        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    deadline = time.monotonic() + 600
+    while True:  # the worker runs in the background: wait until the task has an outcome
+        status = subprocess.run(["dvc", "queue", "status"], cwd=repo, env=env, capture_output=True, text=True,
+                                timeout=600).stdout
+        line = next((ln for ln in status.splitlines() if "exp-one" in ln), "")
+        if "Success" in line or "Failed" in line or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert "Success" in line, status
+    rid = run_id("empriv", "exp-one", "eps8-b16-T6-lr0.01-s0")
+    (copy,) = local_copies(repo, rid)
+    got = run_contents(copy)
+    assert got["history"][0]["train/loss"] == 1.5
+    assert "/.dvc/tmp/exps/" in got["summary"]["ran_in"]  # the stage really ran in the temporary copy
+    assert read_journal(repo, rid)["group"] == "exp-one"
+    assert not any((repo / ".dvc" / "tmp" / "exps").glob("tmp*"))  # the temporary copy is gone

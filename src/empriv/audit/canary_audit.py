@@ -44,14 +44,21 @@ def canary_bytes(canary, tokenizer=None) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
-def canary_losses(model, canaries: Sequence, eos_id: int, seq_len: int, loss: str, batch_size: int = 256):
-    """(per-token NLL [N, L−1], counted-token mask [N, L−1]) of ``canaries`` under ``model``."""
+def canary_losses(model, canaries: Sequence, eos_id: int, seq_len: int, loss: str, batch_size: int = 256, bar=None):
+    """(per-token NLL [N, L−1], counted-token mask [N, L−1]) of ``canaries`` under ``model``; ``bar``
+    (:func:`empriv.progress.progress`) is advanced by the number of canaries scored, batch by batch."""
     from empriv.secrets.canaries import encode_canaries
 
     ids, mask = encode_canaries(canaries, eos_id, seq_len, loss)
     width = int(mask.nonzero()[:, 1].max()) + 1 if len(canaries) else 2  # no need to run the padding
     ids, mask = ids[:, :width], mask[:, :width]
-    return mia.token_losses(model, ids, batch_size), mask[:, 1:].numpy()
+    if bar is None or not len(canaries):
+        return mia.token_losses(model, ids, batch_size), mask[:, 1:].numpy()
+    parts = []
+    for start in range(0, ids.shape[0], batch_size):
+        parts.append(mia.token_losses(model, ids[start : start + batch_size], batch_size))
+        bar.update(parts[-1].shape[0])
+    return np.concatenate(parts, 0), mask[:, 1:].numpy()
 
 
 def audit_canaries(model, reference, canary_set, *, eos_id: int, seq_len: int, delta: float, tokenizer=None,
@@ -67,15 +74,20 @@ def audit_canaries(model, reference, canary_set, *, eos_id: int, seq_len: int, d
     audit, population = canary_set.audit, canary_set.population
     if score == "rmia" and not population:
         raise ValueError("audit.score 'rmia' needs population canaries (canaries.n_population > 0)")
+    from empriv.progress import progress
+
     labels = np.array([bool(c.member) for c in audit])
     loss_kind = canary_set.loss
-    nll, mask = canary_losses(model, audit, eos_id, seq_len, loss_kind, batch_size)
-    ref_nll, _ = canary_losses(reference, audit, eos_id, seq_len, loss_kind, batch_size)
-    if population:
-        pop_nll, pop_mask = canary_losses(model, population, eos_id, seq_len, loss_kind, batch_size)
-        pop_ref, _ = canary_losses(reference, population, eos_id, seq_len, loss_kind, batch_size)
-    else:
-        pop_nll = pop_mask = pop_ref = None
+    # four passes: the audited model and the reference over the audit canaries and the population
+    with progress(total=2 * (len(audit) + len(population)), desc="audit: scoring canaries", unit="canaries",
+                  logger=log) as bar:
+        nll, mask = canary_losses(model, audit, eos_id, seq_len, loss_kind, batch_size, bar)
+        ref_nll, _ = canary_losses(reference, audit, eos_id, seq_len, loss_kind, batch_size, bar)
+        if population:
+            pop_nll, pop_mask = canary_losses(model, population, eos_id, seq_len, loss_kind, batch_size, bar)
+            pop_ref, _ = canary_losses(reference, population, eos_id, seq_len, loss_kind, batch_size, bar)
+        else:
+            pop_nll = pop_mask = pop_ref = None
     scores = mia.all_scores(nll, mask, ref_nll, [canary_bytes(c, tokenizer) for c in audit],
                             pop_nll, pop_mask, pop_ref, min_k=min_k, gamma=rmia_gamma, alpha=rmia_alpha)
     losses = mia.mean_loss(nll, mask)

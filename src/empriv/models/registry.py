@@ -101,9 +101,8 @@ def load_model(directory: str | Path):
 
 def pretrain(model, ids: torch.Tensor, mask: torch.Tensor, base: BaseParams, device: torch.device) -> list[float]:
     """Non-private pre-training on the public split (Adam, cosine decay); returns the loss curve."""
-    from tqdm import tqdm
-
     from empriv.models.lm import per_sample_mean_nll
+    from empriv.progress import progress
 
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=base.pretrain_learning_rate, weight_decay=0.0)
@@ -113,7 +112,7 @@ def pretrain(model, ids: torch.Tensor, mask: torch.Tensor, base: BaseParams, dev
     gen = torch.Generator().manual_seed(base.seed)
     losses = []
     t0 = time.time()
-    for _ in tqdm(range(base.pretrain_steps), desc="pre-train base", mininterval=5, disable=None):
+    for _ in progress(range(base.pretrain_steps), desc="pre-train base", logger=log):
         idx = torch.randint(0, ids.shape[0], (base.pretrain_batch_size,), generator=gen)
         loss = per_sample_mean_nll(model, ids[idx].to(device), mask[idx].to(device)).mean()
         opt.zero_grad(set_to_none=True)

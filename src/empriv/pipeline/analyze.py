@@ -67,7 +67,57 @@ def main(params: Params) -> dict:
     print(format_summary(summary["per_epsilon"], scores))
     print(format_analysis(analysis))
     print(f"report: {paths.REPORT}")
+    track_analysis(params, table, summary, analysis, configs)
     return summary
+
+
+def _flat(obj, prefix: str = "") -> dict:
+    """Nested dicts as one level of dotted keys (lists kept as values)."""
+    out: dict = {}
+    for k, v in (obj.items() if isinstance(obj, dict) else ()):
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{key}."))
+        else:
+            out[key] = v
+    return out
+
+
+def _polars_table(frame) -> tuple[list[str], list[list]]:
+    return list(frame.columns), [list(r) for r in frame.iter_rows()]
+
+
+def track_analysis(params: Params, table, summary: dict, analysis: dict, configs) -> None:
+    """The pipeline's summary W&B run (:func:`empriv.tracking.open_summary_run`): the run table, the per-ε summary,
+    the retained configurations and every number of the analysis as wandb.Tables, the report's figures
+    (plots/analysis/*.png) and the privacy profiles as wandb.Images. Ids and numbers only, scrubbed like every run."""
+    from empriv.io import parse_float
+    from empriv.tracking import SecretScrubber, open_summary_run
+
+    with open_summary_run(params, scrub=SecretScrubber.from_files(paths.PLANTED_SECRETS, paths.SECRETS)) as t:
+        if not t.active:
+            return
+        t.table("analysis/runs", *_polars_table(table))
+        if configs is not None and hasattr(configs, "iter_rows"):
+            t.table("analysis/configurations", *_polars_table(configs))
+        per_eps = summary.get("per_epsilon") or {}
+        if isinstance(per_eps, dict) and per_eps:
+            rows = [{"epsilon": parse_float(e) if str(e) != "inf" else None, "epsilon_label": str(e), **_flat(v)}
+                    for e, v in per_eps.items()]
+            columns = list(dict.fromkeys(k for r in rows for k in r))
+            t.table("analysis/per_epsilon", columns, [[r.get(c) for c in columns] for r in rows])
+        numbers = {k: v for k, v in _flat(analysis).items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        t.table("analysis/statistics", ["statistic", "value"], [[k, v] for k, v in numbers.items()])
+        notes = analysis.get("notes") if isinstance(analysis, dict) else None
+        if notes:
+            t.table("analysis/notes", ["note"], [[n] for n in notes])
+        for png in sorted(paths.ANALYSIS_PLOTS_DIR.glob("*.png")):
+            t.image(f"figures/{png.stem}", png, caption=png.stem)
+        if paths.PROFILES_DIR.is_dir():
+            for png in sorted(paths.PROFILES_DIR.glob("*.png")):
+                t.image(f"profiles/{png.stem}", png, caption=f"privacy profile {png.stem}")
+        t.summary({"analysis/n_runs": summary.get("n_runs"), "analysis/scores": summary.get("scores")})
 
 
 if __name__ == "__main__":

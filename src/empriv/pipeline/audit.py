@@ -23,12 +23,8 @@ TRAIN_FACTS = ("method", "optimizer", "clip_norm", "n", "n_data", "n_canaries_in
 
 def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_dir=paths.AUDIT_RUNS_DIR,
          metrics_dir=paths.AUDIT_METRICS_DIR) -> dict:
-    from empriv.audit.canary_audit import audit_canaries, reference_model
-    from empriv.io import atomic_dir, write_json, write_jsonl
-    from empriv.models.adapters import save_finetuned
-    from empriv.models.registry import resolve_device
     from empriv.secrets.canaries import CanarySet
-    from empriv.train.finetune import train_model
+    from empriv.tracking import SecretScrubber, open_configuration_run
 
     t0 = time.time()
     cs = CanarySet.load(canaries_dir)
@@ -37,9 +33,24 @@ def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_d
         params = params.model_copy(update={"train": params.train.model_copy(update={"method": ap.method})})
     tok = load_tokenizer()
     ids, mask = encoded_train_split(params, tok)
+    # the audit's part of the configuration's W&B run: its training curve and its results (no canary ever)
+    scrub = SecretScrubber(secrets_to_scrub()).with_canaries(cs, tok)
+    with open_configuration_run(params, run, section="audit", scrub=scrub) as tracker:
+        out = _train_and_audit(params, run, cs, tok, ids, mask, tracker, t0, runs_dir, metrics_dir)
+    return out
+
+
+def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker, t0: float, runs_dir,
+                     metrics_dir) -> dict:
+    from empriv.audit.canary_audit import audit_canaries, reference_model
+    from empriv.io import atomic_dir, write_json, write_jsonl
+    from empriv.models.adapters import save_finetuned
+    from empriv.models.registry import resolve_device
+    from empriv.train.finetune import train_model
+
+    ap = params.audit
     model, train_metrics = train_model(params, run, load_base(), ids, mask, canaries=cs, tokenizer=tok, job_type="audit",
-                                       tracker_name=f"audit-{run.name}", scrub_secrets=secrets_to_scrub(),
-                                       calibration_cache=calibration_cache())
+                                       tracker=tracker, calibration_cache=calibration_cache())
     delta = ap.delta if ap.delta is not None else train_metrics["delta"]
     model.eval()
     t_score = time.time()
@@ -76,10 +87,26 @@ def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_d
         save_finetuned(model, "full", tmp, tokenizer_dir=paths.TOKENIZER_DIR)
         write_jsonl(Path(tmp) / "canary_scores.jsonl", rows)
         write_json(Path(metrics_dir) / f"{run.name}.json", out)
+    track_audit(tracker, out)
     log.info("audit %s: design %s, eps_lb 95%% %.3f / 99%% %.3f (%d/%d correct of %d canaries), AUC %.3f, TPR@1%%FPR %.3f",
              run.name, cs.design, out["audit_eps_lb_95"], out["audit_eps_lb_99"], out["audit_n_correct"],
              out["audit_n_guesses"], out["audit_n_canaries"], out["audit_auc"], out["audit_tpr_at_fpr_0.01"])
     return out
+
+
+def track_audit(tracker, out: dict) -> None:
+    """The audit's results in its configuration's W&B run: every ``audit_*`` value as ``audit/*`` in the summary,
+    the per-score ROC summaries as the table ``audit/mia``. Ids and numbers only (no canary, no label)."""
+    if not tracker.active:
+        return
+    summary = {f"audit/{k[len('audit_'):]}": v for k, v in out.items() if k.startswith("audit_") and k != "audit_mia"}
+    summary["audit/optimistic_eps_lb_max_over_r"] = out.get("optimistic_eps_lb_max_over_r")
+    summary["audit/wall_time_s"] = out.get("wall_time_s")
+    tracker.summary(summary)
+    mia = out.get("audit_mia") or {}
+    if mia:
+        columns = list(next(iter(mia.values())))
+        tracker.table("audit/mia", ["score", *columns], [[name, *(row.get(c) for c in columns)] for name, row in mia.items()])
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from empriv import paths
 from empriv.config import Params, RunConfig
-from empriv.pipeline.common import config_stage, load_base, load_tokenizer
+from empriv.pipeline.common import config_stage, load_base, load_tokenizer, secrets_to_scrub
 
 
 def main(params: Params, run: RunConfig, model_dir=None, metrics_dir=paths.SCORE_METRICS_DIR) -> dict:
@@ -21,7 +21,24 @@ def main(params: Params, run: RunConfig, model_dir=None, metrics_dir=paths.SCORE
     test_texts = [r["text"] for r in read_jsonl(paths.HELDOUT_DIR / "test.jsonl")]
     metrics = score_model(params, run, model, load_base().to(device), load_tokenizer(), secrets, test_texts)
     write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
+    track_scores(params, run, metrics, secrets)
     return metrics
+
+
+def track_scores(params: Params, run: RunConfig, metrics: dict, secrets: list[dict]) -> None:
+    """The scores in the configuration's W&B run: every number of the metrics as ``score/*`` in the summary, the
+    per-secret rows (ids and numbers) as the table ``score/per_secret``."""
+    from empriv.tracking import SecretScrubber, open_configuration_run
+
+    with open_configuration_run(params, run, section="score", scrub=SecretScrubber([*secrets_to_scrub(), *secrets])) as t:
+        if not t.active:
+            return
+        t.summary({f"score/{k}": v for k, v in metrics.items()
+                   if k not in ("per_secret", "config", *run.as_dict()) and not isinstance(v, list)})
+        rows = metrics.get("per_secret") or []
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        if rows:
+            t.table("score/per_secret", columns, [[r.get(c) for c in columns] for r in rows])
 
 
 if __name__ == "__main__":

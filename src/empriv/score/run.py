@@ -15,6 +15,7 @@ def score_model(params: Params, run: RunConfig, model, base_model, tokenizer, se
     """Utility on ``test_texts`` and every memorisation score of ``secrets`` for the model of ``run``."""
     import torch
 
+    from empriv.progress import progress
     from empriv.randomness import RunStreams
     from empriv.score.memorization import aggregate, make_controls, score_secrets
     from empriv.score.utility import answer_nll, test_nll as test_nll_of
@@ -27,8 +28,13 @@ def score_model(params: Params, run: RunConfig, model, base_model, tokenizer, se
         test_nll = utility(model, tokenizer, test_texts, params.base.seq_len, sp.eval_batch_size)
         # Sampled decoding draws from the run's own stream (empriv.randomness); controls are common to all runs.
         streams = RunStreams.of(run, method=params.train.method)
-        rows = score_secrets(model, tokenizer, secrets, make_controls(secrets, sp.n_controls, sp.seed), sp,
-                             base_model=base_model, generator=streams.generator(f"generation:{sp.seed}"))
+        controls = make_controls(secrets, sp.n_controls, sp.seed)
+        generator = streams.generator(f"generation:{sp.seed}")
+        # One secret at a time for the progress report: the one generator is drawn from in the same order, so
+        # the rows are those of a single call over every secret.
+        rows = []
+        for secret in progress(secrets, desc=f"score {run.name}", unit="secrets", logger=log):
+            rows += score_secrets(model, tokenizer, [secret], controls, sp, base_model=base_model, generator=generator)
     acr_record = run_acr(model, tokenizer, secrets, rows, sp.acr, run)
     metrics = {
         "config": run.name,

@@ -80,9 +80,8 @@ def dp_finetune(
     phase "before" with the micro-batch's per-sample gradients in ``p.grad_sample`` (already float32),
     "after" once the step ran (after a step's last micro-batch ``p.grad`` holds the noised gradient).
     """
-    from tqdm import tqdm
-
     from empriv.models.lm import per_sample_mean_nll
+    from empriv.progress import progress
     from empriv.train.precision import autocast, check_precision, grad_samples_to_fp32
     from empriv.train.sampling import micro_batches, poisson_batches
 
@@ -132,7 +131,7 @@ def dp_finetune(
     )
     t0 = time.time()
     batches = poisson_batches(n, q, run.steps, gen)
-    for step, batch in enumerate(tqdm(batches, total=run.steps, desc=run.name, mininterval=5, disable=None)):
+    for step, batch in enumerate(progress(batches, total=run.steps, desc=f"train {run.name}", logger=log)):
         chunks = micro_batches(batch, result.micro_batch_size)
         loss_sum = 0.0
         if private:

@@ -1,7 +1,8 @@
 """One DP fine-tuning path for the cube's runs and the audit's runs.
 
 :func:`calibrate` finds σ for a run's (ε, δ); :func:`train_model` takes the base model and the encoded
-training records, calibrates, sets up the method, runs the DP loop and logs the W&B run; it returns the
+training records, calibrates, sets up the method, runs the DP loop and logs its curve to the configuration's
+W&B run (:mod:`empriv.tracking`); it returns the
 model and its metrics and saves nothing (the stage layer, :mod:`empriv.pipeline.train` and
 :mod:`empriv.pipeline.audit`, loads the inputs and writes the outputs). The audit passes a
 :class:`~empriv.secrets.canaries.CanarySet`, whose member canaries then join the training records.
@@ -43,24 +44,39 @@ def calibrate(params: Params, run: RunConfig, n: int, cache=None) -> dict:
     return out
 
 
+def spent_epsilons(noise_multiplier: float, sample_rate: float, delta: float, checkpoints, accountant: str) -> dict[int, float]:
+    """ε spent after t steps (t in ``checkpoints``) at δ, with ``accountant`` (the one that calibrated σ): the
+    curve ``train/epsilon`` of the W&B run. One forward accounting per checkpoint (see
+    :func:`empriv.tracking.epsilon_checkpoints` for how few)."""
+    from empriv.privacy.accounting import epsilon_for
+
+    return {t: epsilon_for(noise_multiplier, sample_rate, t, delta, accountant) for t in checkpoints}
+
+
 def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, canaries=None, tokenizer=None,
-                job_type: str = "train", tracker_name: str | None = None, scrub_secrets=(), calibration_cache=None):
+                job_type: str = "train", tracker=None, scrub_secrets=(), calibration_cache=None):
     """Calibrate σ and DP-fine-tune ``base`` on the encoded records (``train_ids``/``train_mask``: [n, L]) for
     ``run``; returns (model, metrics). Nothing is saved.
 
     ``canaries`` (an :class:`empriv.secrets.canaries.CanarySet`) adds its *member* canaries to the training
     records — ordinary records under the same DP accounting (n counts them, q = b/n) — and, for ``new_token``
     canaries, extends the base's vocabulary with zero-initialised rows first (``tokenizer`` gives the eos id).
-    Without canaries the run is exactly the cube's ordinary run. ``scrub_secrets`` (rows with text/prompt/
-    continuation) are redacted from anything logged to W&B.
+    Without canaries the run is exactly the cube's ordinary run.
+
+    ``tracker`` (an open :class:`empriv.tracking.Tracker`; the caller finishes it) receives the training curve —
+    loss, realised batch size, σ and the ε spent so far (:func:`spent_epsilons`, at most
+    :data:`~empriv.tracking.MAX_EPSILON_POINTS` steps, the accountant that calibrated σ) — under ``train/`` for
+    the section ``train`` and ``<section>/train/`` otherwise, plus the run's privacy facts (config) and
+    outcome (summary). Without one, a ``train`` job opens the configuration's W&B run itself (section
+    ``train``, ``scrub_secrets`` — rows with text/prompt/continuation — redacted) and finishes it; other job
+    types log nothing.
     """
     import torch
 
-    from empriv.models.adapters import prepare_for_finetuning, trainable_parameters
+    from empriv.models.adapters import prepare_for_finetuning
     from empriv.models.registry import resolve_device
     from empriv.randomness import RunStreams
-    from empriv.tracking import SecretScrubber, start_run
-    from empriv.train.dp import dp_finetune
+    from empriv.tracking import SecretScrubber, open_configuration_run
 
     t_start = time.time()
     n_train_param = params.data.n_train
@@ -97,22 +113,54 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
         # Paper A: with LoRA the embeddings must train, or new-token canaries cannot be learnt.
         for p in model.get_input_embeddings().parameters():
             p.requires_grad_(True)
-    tracker = start_run(
-        project=params.runtime.wandb_project,
-        name=tracker_name or run.name,
-        group=run.group,
-        job_type=job_type,
-        config={**run.as_dict(), "method": params.train.method, "optimizer": params.train.optimizer,
-                "clip_norm": params.train.clip_norm, "n": n, **canary_info,
-                **{k: privacy[k] for k in ("delta", "sample_rate", "noise_multiplier")}},
-        mode=params.runtime.wandb_mode,
-        scrub=SecretScrubber(scrub_secrets),
-    )
+    own_tracker = tracker is None and job_type == "train"
+    if own_tracker:
+        tracker = open_configuration_run(params, run, section="train", scrub=SecretScrubber(scrub_secrets))
+    try:
+        return _train_and_track(params, run, model, ids, mask, n=n, n_data=n_data, canaries=canaries,
+                                canary_info=canary_info, privacy=privacy, streams=streams, device=device,
+                                tracker=tracker, t_start=t_start, t_setup=t_setup, own_tracker=own_tracker)
+    except BaseException:
+        if own_tracker:
+            tracker.abort()
+        raise
+
+
+def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_data, canaries, canary_info, privacy,
+                     streams, device, tracker, t_start, t_setup, own_tracker):
+    import torch
+
+    from empriv.models.adapters import trainable_parameters
+    from empriv.tracking import epsilon_checkpoints
+    from empriv.train.dp import dp_finetune
+
     log_every = params.train.log_every
+    curve: dict = {}
+    if tracker is not None and tracker.active:
+        prefix = "train/" if tracker.section == "train" else f"{tracker.section}/train/"
+        facts = {"method": params.train.method, "optimizer": params.train.optimizer,
+                 "clip_norm": params.train.clip_norm if run.private else None, "n": n, **canary_info,
+                 **{k: privacy.get(k) for k in ("delta", "sample_rate", "noise_multiplier", "accountant")}}
+        tracker.config(facts if tracker.section == "train" else {f"{tracker.section}_run": facts})
+        tracker.axis(f"{prefix}*", f"{prefix}step")
+        spent = {}
+        if run.private:
+            t_eps = time.time()
+            spent = spent_epsilons(privacy["noise_multiplier"], privacy["sample_rate"], privacy["delta"],
+                                   epsilon_checkpoints(run.steps, log_every), privacy["accountant"])
+            log.info("%s: the epsilon spent at %d steps of the curve took %.1f s to account", run.name, len(spent),
+                     time.time() - t_eps)
+        curve = {"prefix": prefix, "spent": spent, "sigma": privacy["noise_multiplier"] if run.private else None}
 
     def on_step(step: int, loss: float, bsz: int) -> None:
-        if step % log_every == 0 or step == run.steps - 1:
-            tracker.log({"train/loss": loss, "train/batch_size": bsz}, step=step)
+        if curve and (step % log_every == 0 or step == run.steps - 1):
+            p, done = curve["prefix"], step + 1
+            row = {f"{p}step": done, f"{p}loss": loss, f"{p}batch_size": bsz}
+            if curve["sigma"] is not None:  # private runs: σ and the ε spent so far
+                row[f"{p}noise_multiplier"] = curve["sigma"]
+            if done in curve["spent"]:
+                row[f"{p}epsilon"] = curve["spent"][done]
+            tracker.log(row)
 
     result = dp_finetune(
         model,
@@ -154,7 +202,12 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
         "setup_time_s": t_setup - t_start,
         "loss_curve": result.losses,
     }
-    tracker.finish({k: metrics[k] for k in ("final_loss", "noise_multiplier", "epsilon_prv", "epsilon_rdp", "wall_time_s")})
+    if curve:
+        tracker.summary({f"{curve['prefix']}{k}": metrics.get(k) for k in (
+            "final_loss", "noise_multiplier", "epsilon_calibrated", "epsilon_prv", "epsilon_rdp", "mean_batch_size",
+            "empty_batches", "trainable_parameters", "wall_time_s", "train_time_s")})
+    if own_tracker:
+        tracker.finish()
     return model, metrics
 
 
