@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import import_closure as ic  # noqa: E402
 
 # The stage layer and the project-level tools: the only modules that may know file locations.
-STAGE_LAYER = ("empriv.pipeline", "empriv.paths", "empriv.stage", "empriv.cli", "empriv.study")
+STAGE_LAYER = ("empriv.pipeline", "empriv.paths", "empriv.stage", "empriv.cli", "empriv.study", "empriv.experiments")
 CLI = ".cli"  # command-line tools (empriv.analysis.cli, …) are user-facing: their defaults name the files
 PIPELINE_PATH = re.compile(r"""["'](data|models|metrics|plots|reports)/[\w./-]*["']""")
 

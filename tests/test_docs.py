@@ -207,7 +207,7 @@ def test_every_params_key_named_in_the_docs_exists():
 
 
 def test_params_mentions_finds_keys_and_skips_files_and_modules():
-    text = ("`score.acr.top_k` `secrets.filter: true` `cube.epsilon[0]` `train.lora.*` `metrics/base.json` "
+    text = ("`score.acr.top_k` `secrets.filter: true` `cube.epsilon[0]` `train.lora.*` `records/base.json` "
             "`empriv.privacy` `data.py`\n```\n`cube.nothing`\n```\n")
     assert params_mentions(text, {"score", "secrets", "cube", "train", "data"}) == {
         "score.acr.top_k", "secrets.filter", "cube.epsilon", "train.lora"}

@@ -79,7 +79,7 @@ def make_repo(tmp: Path, overrides: dict) -> tuple[Path, dict, subprocess.Comple
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for rel in filter(None, files.split("\0")):
         src = ROOT / rel
-        if src.is_file() and not rel.startswith(("metrics/", "plots/", "dvc.lock", "results/")):
+        if src.is_file() and not rel.startswith(("metrics/", "records/", "plots/", "dvc.lock", "results/")):
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, work / rel)
     write_params(work, overrides)
@@ -115,20 +115,21 @@ def test_every_stage_ran_and_wrote_its_outputs(repo):
     assert sum(s.startswith("score@") for s in ran) == 4
     for rel in ("data/prepared/train.jsonl", "data/prepared/public.jsonl", "data/prepared/test.jsonl",
                 "data/prepared/validation.jsonl", "models/tokenizer/tokenizer.json", "data/secrets.jsonl",
-                "models/base/model.safetensors", "metrics/prepare.json", "metrics/base.json",
-                "metrics/secrets.json", "metrics/filter.json", "data/secrets_filtered.jsonl", "data/heldout/test.jsonl",
-                "metrics/runs.csv", "metrics/summary.json", "plots/profiles/profiles.csv", "plots/profiles/eps8.png",
+                "models/base/model.safetensors", "records/prepare.json", "records/base.json",
+                "records/secrets.json", "records/filter.json", "data/secrets_filtered.jsonl", "data/heldout/test.jsonl",
+                "records/runs.csv", "metrics/summary.json", "metrics/configs.json", "metrics/analysis.json",
+                "plots/profiles/profiles.csv", "plots/profiles/eps8.png",
                 "dvc.lock"):
         assert (work / rel).is_file(), rel
     for name in _names():
         assert (work / "models/runs" / name / "model.safetensors").is_file()
-        assert (work / "metrics/train" / f"{name}.json").is_file()
-        assert (work / "metrics/score" / f"{name}.json").is_file()
+        assert (work / "records/train" / f"{name}.json").is_file()
+        assert (work / "records/score" / f"{name}.json").is_file()
 
 
 def test_prepare_and_secrets_metrics(repo):
     work, _, _ = repo
-    prep = json.loads((work / "metrics/prepare.json").read_text())
+    prep = json.loads((work / "records/prepare.json").read_text())
     assert prep["n_train"] == 400 and prep["n_secrets"] == 3
     secrets = _secrets(work)
     assert [round(s["frequency"] * 400) for s in secrets] == [20, 8, 4]
@@ -137,16 +138,16 @@ def test_prepare_and_secrets_metrics(repo):
         assert 0.0 <= s["in_window_fraction"] <= 1.0
     # `Forwarded by` lines open their email, so they sit inside even this small vocabulary's window.
     assert [s["in_window_fraction"] for s in secrets if s["kind"] == "forwarded_by"] == [1.0]
-    public = json.loads((work / "metrics/secrets.json").read_text())
+    public = json.loads((work / "records/secrets.json").read_text())
     assert all("text" not in s and "prompt" not in s for s in public["secrets"])
-    base = json.loads((work / "metrics/base.json").read_text())
+    base = json.loads((work / "records/base.json").read_text())
     assert 1.0 < base["test_perplexity"] < 512  # better than uniform over the 512-token vocabulary
 
 
 def test_train_metrics_record_the_guarantee(repo):
     work, _, _ = repo
     for name in _names():
-        m = json.loads((work / "metrics/train" / f"{name}.json").read_text())
+        m = json.loads((work / "records/train" / f"{name}.json").read_text())
         assert m["steps"] == 3 and len(m["loss_curve"]) == 3
         assert m["sampler"] == "poisson"
         assert m["delta"] == pytest.approx(400 ** -1.1)
@@ -159,7 +160,7 @@ def test_train_metrics_record_the_guarantee(repo):
         else:
             assert m["noise_multiplier"] == 0 and m["epsilon_prv"] == "inf"
     # Same ε, b, T → same σ across seeds; a different seed trains a different model.
-    a, b = (json.loads((work / "metrics/train" / f"eps8-b32-T3-lr0.01-s{s}.json").read_text()) for s in (0, 1))
+    a, b = (json.loads((work / "records/train" / f"eps8-b32-T3-lr0.01-s{s}.json").read_text()) for s in (0, 1))
     assert a["noise_multiplier"] == b["noise_multiplier"]
     assert a["loss_curve"] != b["loss_curve"]
 
@@ -168,7 +169,7 @@ def test_score_and_summary(repo):
     work, _, _ = repo
     n_secrets = len(_secrets(work))
     for name in _names():
-        m = json.loads((work / "metrics/score" / f"{name}.json").read_text())
+        m = json.loads((work / "records/score" / f"{name}.json").read_text())
         assert len(m["per_secret"]) == n_secrets
         assert 0.0 <= m["vmr_mean"] <= m["vmr_worst"] <= 1.0
         assert m["test_nll"] > 0 and math.isfinite(m["exposure_gap_mean"])
@@ -192,23 +193,37 @@ def test_score_and_summary(repo):
                 assert m["acr_mean"] is None and m["acr_max"] is None
         else:
             assert not m["acr_protocol"]["ran"] and "acr_mean" not in m and acr == [None] * n_secrets
-    summary = json.loads((work / "metrics/summary.json").read_text())
-    assert set(summary["per_epsilon"]) == {"8", "inf"} and summary["n_runs"] == 4
-    for entry in summary["per_epsilon"].values():
+    detail = json.loads((work / "records/scores_by_epsilon.json").read_text())
+    assert set(detail["per_epsilon"]) == {"8", "inf"} and detail["n_runs"] == 4
+    for entry in detail["per_epsilon"].values():
         assert entry["n_configs"] == 1 and entry["n_runs"] == 2
-    csv = (work / "metrics/runs.csv").read_text().splitlines()
+    # the DVC metric: headline per ε group, numbers only, ε numeric (∞ is its own key)
+    summary = json.loads((work / "metrics/summary.json").read_text())
+    assert summary["n_runs"] == 4 and {"eps8", "epsinf"} <= set(summary)
+    assert summary["eps8"]["epsilon"] == 8.0 and "epsilon" not in summary["epsinf"]
+    assert summary["eps8"]["test_nll"]["n"] == 1 and summary["eps8"]["n_runs"] == 2
+    means = [json.loads((work / "records/score" / f"{n}.json").read_text())["test_nll"] for n in _names() if "eps8" in n]
+    assert summary["eps8"]["test_nll"]["mean"] == pytest.approx(sum(means) / len(means))
+    assert summary["base_test_nll"] == json.loads((work / "records/base.json").read_text())["test_nll"]
+    configs = json.loads((work / "metrics/configs.json").read_text())
+    assert set(configs) == {"eps8-b32-T3-lr0.01", "epsinf-b32-T3-lr0.01"}
+    assert all(isinstance(v, (int, float)) or v is None for c in configs.values() for v in c.values())
+    csv = (work / "records/runs.csv").read_text().splitlines()
     assert len(csv) == 5 and "exposure_gap_mean" in csv[0]
 
 
 def test_analysis_metrics_plots_and_report(repo):
     work, _, _ = repo
-    analysis = json.loads((work / "metrics/analysis.json").read_text())
+    analysis = json.loads((work / "records/analysis.json").read_text())
     assert analysis["n_runs"] == 4 and analysis["primary_score"]
-    for part in ("std", "regression", "heuristics", "risks"):
+    for part in ("seed_vs_configuration", "regression", "heuristics", "selection"):
         assert part in analysis
     s = analysis["primary_score"]
-    assert set(analysis["std"][s]) == {"8", "inf"}
-    assert set(analysis["risks"][s]) == {"8"}  # no selection at ε = inf
+    assert set(analysis["seed_vs_configuration"][s]) == {"8", "inf"}
+    assert set(analysis["selection"]) == {"8"}  # no selection at ε = inf
+    compact = json.loads((work / "metrics/analysis.json").read_text())
+    assert set(compact) == {"n_configs", "n_configs_kept", s} and set(compact[s]) == {"eps8", "epsinf"}
+    assert compact[s]["eps8"]["std_seeds"] == pytest.approx(analysis["seed_vs_configuration"][s]["8"]["randomness"])
     for rel in ("variance.png", "heuristics.png", "variance.csv", "heuristics.csv", "risks.csv", "selection.csv"):
         assert (work / "plots/analysis" / rel).stat().st_size > 0, rel
     html = (work / "reports/report.html").read_text()
@@ -233,7 +248,7 @@ def test_no_secret_reaches_wandb_or_logs(repo):
     logs = proc.stdout + proc.stderr
     for needle in needles:
         assert needle not in logs
-    for p in (work / "metrics").rglob("*"):
+    for p in [*(work / "metrics").rglob("*"), *(work / "records").rglob("*")]:
         if p.is_file():
             text = p.read_text()
             assert not any(n in text for n in needles), p
@@ -326,7 +341,7 @@ def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(r
     monkeypatch.setenv("WANDB_MODE", "disabled")
     params = load_params("params.yaml")
     run = params.runs()[0]
-    model_dir, metrics_file = work / "models/runs" / run.name, work / "metrics/train" / f"{run.name}.json"
+    model_dir, metrics_file = work / "models/runs" / run.name, work / "records/train" / f"{run.name}.json"
 
     def digest() -> dict:
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in [*model_dir.iterdir(), metrics_file]}
@@ -341,7 +356,7 @@ def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(r
     with pytest.raises(OSError, match="disk full"):
         train_stage.main(params, run)
     assert digest() == before
-    leftovers = [p.name for d in (work / "models/runs", work / "metrics/train") for p in d.iterdir() if p.name.endswith(".tmp")]
+    leftovers = [p.name for d in (work / "models/runs", work / "records/train") for p in d.iterdir() if p.name.endswith(".tmp")]
     assert leftovers == []
 
 
@@ -375,7 +390,7 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
     assert "canaries" in ran and sum(s.startswith("audit@") for s in ran) == 2
     canaries = [json.loads(line) for line in (work / "data/canaries/canaries.jsonl").read_text().splitlines()]
     assert len(canaries) == 140 and sum(c["member"] is None for c in canaries) == 20
-    public = json.loads((work / "metrics/canaries.json").read_text())
+    public = json.loads((work / "records/canaries.json").read_text())
     assert public["design"] == "new_token" and public["n_canaries"] == 120 and public["n_new_tokens"] == 140
 
     def no_lists(v) -> bool:  # counts and names only (e.g. the leak check's per-split counts), never token ids
@@ -385,7 +400,7 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
     members = sum(bool(c["member"]) for c in canaries)
     for eps in ("8", "inf"):
         name = f"eps{eps}-b32-T12-lr0.05-s0"
-        m = json.loads((work / "metrics/audit" / f"{name}.json").read_text())
+        m = json.loads((work / "records/audit" / f"{name}.json").read_text())
         for key in ("audit_eps_lb_95", "audit_eps_lb_99", "audit_auc", "audit_tpr_at_fpr_0.001", "audit_tpr_at_fpr_0.01",
                     "audit_design", "audit_n_canaries", "audit_n_guesses", "audit_n_correct"):
             assert key in m, key
@@ -401,8 +416,8 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
             assert m["audit_eps_lb_95"] <= 8.0 and 7.9 <= m["train"]["epsilon_prv"] <= 8.0
     # the main cube's runs saw no canary
     for name in _names():
-        assert json.loads((work / "metrics/train" / f"{name}.json").read_text())["n"] == 400
-    inf = json.loads((work / "metrics/audit/epsinf-b32-T12-lr0.05-s0.json").read_text())
+        assert json.loads((work / "records/train" / f"{name}.json").read_text())["n"] == 400
+    inf = json.loads((work / "records/audit/epsinf-b32-T12-lr0.05-s0.json").read_text())
     # 12 non-private steps at q = 32/(400 + ~60) include a member canary at least once with probability ~0.58,
     # so an AUC up to ~0.79 is reachable; only trained-on canaries can be told apart (their new-token rows moved)
     assert inf["audit_auc"] > 0.6
@@ -414,7 +429,7 @@ def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_t
     from empriv.pipeline import audit as audit_stage
 
     work, env, _ = repo
-    m8 = json.loads((work / "metrics/audit/eps8-b32-T12-lr0.05-s0.json").read_text())
+    m8 = json.loads((work / "records/audit/eps8-b32-T12-lr0.05-s0.json").read_text())
     assert m8["audit_delta"] == 1e-5 and m8["audit_epsilon_upper"] > 8.0  # ε at δ = 1e-5 exceeds ε at δ = n^-1.1
     assert m8["audit_eps_lb_95"] <= m8["audit_epsilon_upper"]
     monkeypatch.chdir(work)
@@ -432,6 +447,54 @@ def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_t
     saved = load_model(tmp_path / "models" / run.name)  # merged into a whole model, extended vocabulary
     n_new = json.loads((work / "data/canaries/meta.json").read_text())["n_new_tokens"]
     assert saved.get_input_embeddings().weight.shape[0] == 512 + n_new
+
+
+def test_a_queued_sweep_runs_and_reads_as_a_results_table(repo):
+    """docs/sweeps.md's recipe: two experiments queued over cube keys with -S, `dvc queue start`, then
+    `dvc exp show --json` parsed into one row per experiment (empriv exps); `dvc exp apply` leaves `dvc status` clean.
+    The queued runs reuse every stage DVC already ran (run cache): only the changed analysis runs."""
+    import time
+
+    import yaml
+
+    from empriv.experiments import exp_rows, table_columns
+
+    work, env, _ = repo
+    _run(["dvc", "exp", "run", "--queue", "-n", "seeds-0", "-S", "cube.seed=[0]"], work, env)
+    _run(["dvc", "exp", "run", "--queue", "-n", "eps-8", "-S", "cube.epsilon=[8]"], work, env)
+    _run(["dvc", "queue", "start"], work, env)
+    deadline = time.time() + 900
+    while True:
+        status = _run(["dvc", "queue", "status"], work, env).stdout
+        if not re.search(r"\b(Queued|Running)\b", status):
+            break
+        assert time.time() < deadline, status
+        time.sleep(3)
+    assert "Failed" not in status, status
+    rows = {r["experiment"]: r for r in exp_rows(json.loads(_run(["dvc", "exp", "show", "--json"], work, env).stdout))}
+    assert {"seeds-0", "eps-8"} <= set(rows), list(rows)
+    seeds, eps = rows["seeds-0"], rows["eps-8"]
+    # a queued experiment is the workspace's params (uncommitted changes included) with the -S keys set
+    workspace_cube = yaml.safe_load((work / "params.yaml").read_text())["cube"]
+    assert seeds["params:cube.seed"] == [0] and seeds["params:cube.epsilon"] == workspace_cube["epsilon"] == [8, "inf"]
+    assert eps["params:cube.epsilon"] == [8] and eps["params:cube.seed"] == workspace_cube["seed"]
+    assert len(workspace_cube["seed"]) == 2
+    assert seeds["n_runs"] == 2 and seeds["eps8.n_configs"] == 1 and "epsinf.n_configs" in seeds
+    assert eps["n_runs"] == 2 and "epsinf.n_configs" not in eps
+    assert isinstance(seeds["eps8.test_nll"], float) and isinstance(eps["eps8.test_nll"], float)
+    columns = table_columns(list(rows.values()))
+    assert "params:cube.seed" in columns and "params:cube.epsilon" in columns
+    assert "params:score.seed" not in columns  # the same in every experiment
+    assert len(columns) <= 60
+    # the CLI prints the same table
+    out = _run([str(VENV_BIN / "empriv"), "exps", "--csv"], work, env).stdout.splitlines()
+    assert out[0].split(",")[:1] == ["experiment"] and any(line.startswith("eps-8,") for line in out)
+    _run(["dvc", "exp", "apply", "eps-8"], work, env)
+    assert json.loads((work / "metrics/summary.json").read_text())["eps8"]["test_nll"]["mean"] == eps["eps8.test_nll"]
+    # every stage is up to date; `inputs` re-hashes the raw files outside the repository on every repro, so DVC always
+    # lists it (always_changed) — nothing else may appear
+    status = json.loads(_run(["dvc", "status", "--json"], work, env).stdout)
+    assert status == {"inputs": ["always changed"]}, status
 
 
 def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_path, monkeypatch):
@@ -454,7 +517,7 @@ def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_p
                                                      "learning_rate": [0.05], "seed": [0]}}}
     work, _, proc = make_repo(tmp_path, overrides)
     assert "pre-train base" not in proc.stderr
-    base = json.loads((work / "metrics/base.json").read_text())
+    base = json.loads((work / "records/base.json").read_text())
     assert base["pretrained"] is True and base["pretrain_steps"] == 0 and base["pretrain_final_loss"] is None
     assert math.isfinite(base["test_nll"])
     meta = json.loads((work / "models/tokenizer/meta.json").read_text())
@@ -462,12 +525,12 @@ def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_p
     for secret in _secrets(work):
         assert secret["token_length"] == len(gpt2.encode(secret["text"]))
     run = "eps8-b32-T2-lr0.01-s0"
-    train = json.loads((work / f"metrics/train/{run}.json").read_text())
+    train = json.loads((work / f"records/train/{run}.json").read_text())
     assert train["method"] == "lora" and train["random_streams"]["key"].startswith("purpose=train|method=lora|")
-    score = json.loads((work / f"metrics/score/{run}.json").read_text())
+    score = json.loads((work / f"records/score/{run}.json").read_text())
     assert math.isfinite(score["test_nll"]) and score["n_secrets"] == len(_secrets(work))
     audit = "eps8-b32-T2-lr0.05-s0"
-    assert json.loads((work / f"metrics/audit/{audit}.json").read_text())["audit_n_canaries"] == 120
+    assert json.loads((work / f"records/audit/{audit}.json").read_text())["audit_n_canaries"] == 120
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

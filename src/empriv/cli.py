@@ -34,6 +34,26 @@ def _summary(args) -> int:
     return 0
 
 
+def _exps(args) -> int:
+    from empriv.experiments import dvc_exp_show, exp_rows, format_table, table_columns
+
+    extra = (["-A"] if args.all_commits else []) + (["-n", str(args.num)] if args.num else [])
+    rows = exp_rows(dvc_exp_show(args.root, extra), all_metrics=args.all_metrics)
+    columns = table_columns(rows, all_params=args.all_params)
+    if args.json:
+        print(json.dumps([{c: r.get(c) for c in ["rev", *columns]} for r in rows], indent=2))
+    elif args.csv:
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow([c.removeprefix("params:") for c in columns])
+        w.writerows([["" if r.get(c) is None else json.dumps(r.get(c)) if isinstance(r.get(c), list) else r.get(c)
+                      for c in columns] for r in rows])
+    else:
+        print(format_table(rows, columns))
+    return 0
+
+
 def _validate(args) -> int:
     from empriv.pipeline.validate import validate_project
 
@@ -69,10 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="empriv", description="empirical privacy of DP fine-tuning")
     ap.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also: EMPRIV_DEBUG=1)")
     sub = ap.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("summary", help="print metrics/summary.json as a table")
-    s.add_argument("--path", default="metrics/summary.json")
+    s = sub.add_parser("summary", help="print the per-ε statistics of every score (records/scores_by_epsilon.json) as a table")
+    s.add_argument("--path", default="records/scores_by_epsilon.json")
     s.add_argument("--json", action="store_true", help="print the JSON instead of the table")
     s.set_defaults(func=_summary)
+    e = sub.add_parser("exps", help="experiments as a results table: the params that differ and the headline metrics "
+                       "(parsed from `dvc exp show --json`)")
+    e.add_argument("--all-metrics", action="store_true", help="also std/worst/counts of every score")
+    e.add_argument("--all-params", action="store_true", help="every params key, not only those that differ")
+    e.add_argument("-A", "--all-commits", action="store_true", help="experiments of every commit (dvc exp show -A)")
+    e.add_argument("-n", "--num", type=int, default=0, help="experiments of the last NUM commits (dvc exp show -n)")
+    e.add_argument("--root", default=".", help="project root (default: the current directory)")
+    fmt = e.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true")
+    fmt.add_argument("--json", action="store_true")
+    e.set_defaults(func=_exps)
     v = sub.add_parser("validate", help="validate a params file")
     v.add_argument("params", nargs="?", default="params.yaml")
     v.add_argument("--dvc-yaml", default="dvc.yaml", help="the pipeline whose cube matrices must match the params "

@@ -44,7 +44,7 @@ VARIANTS = ("tofu-1", "tofu-2", "tofu-4", "tofu-1:7", "tofu-2:6", "tofu-3:5", "t
 """The research's attribute question P(x) of AIR ({x}: the author's name): the default of ``score.air_template``."""
 
 # Score columns of the run table (empriv.analysis.table builds it from every top-level numeric scalar of
-# metrics/score/<config>.json, which empriv.score.run writes from empriv.score.memorization.aggregate);
+# records/score/<config>.json, which empriv.score.run writes from empriv.score.memorization.aggregate);
 # tests/test_validate.py checks these names against what that code produces.
 PRIVACY_SCORES = ("acr_success_rate", "acr_mean", "acr_max", "acr_bound_max", "air_mean", "air_max",
                   "exposure_gap_mean", "exposure_gap_worst", "exposure_gap_vs_base_mean", "exposure_gap_vs_base_worst",
@@ -443,7 +443,7 @@ class AnalyzeParams(_Section):
                                  "vmr_mean", "vmr_worst", "vmr_max", "vmr_greedy_mean", "vmr_greedy_max"]
     utility: str = "test_nll"  # lower = better
     retention_fraction: float = Field(0.9, ge=0, le=1)  # keep configurations with >= this share of the best utility gain
-    base_utility: float | None = None  # null: metrics/base.json's test_nll
+    base_utility: float | None = None  # null: records/base.json's test_nll
     monte_carlo_trials: int = Field(5000, ge=0)
     seed: int = 0
 

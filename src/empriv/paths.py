@@ -3,6 +3,11 @@
 Only the stage layer (:mod:`empriv.pipeline`) and the project-level tools (CLI, studies) import this
 module: library packages (data, secrets, privacy, train, score, audit, analysis, models) take and return
 objects, never paths or params files. Paths are relative to the project root (DVC runs every stage there).
+
+``metrics/`` holds only the DVC metrics (compact, numbers only, in git); every stage's own detail (per-run training
+facts, scores per secret, audit settings, the run table) is a DVC-cached output under ``records/`` (git-ignored:
+``dvc pull`` or ``dvc exp apply`` restores it; being cached also keeps every stage restorable from DVC's run cache,
+which skips stages with uncached outputs other than metrics and plots).
 """
 
 from __future__ import annotations
@@ -17,38 +22,42 @@ SPLITS = ("train", "validation", "test", "public")
 PLANTED_SECRETS = PREPARED_DIR / "planted_secrets.jsonl"  # synthetic-enron: the secrets the generator planted
 TOFU_AUTHORS = PREPARED_DIR / "tofu_train_authors.jsonl"  # TOFU: original records of the training authors
 PARAPHRASE_CACHE = Path("data/paraphrases.json")  # TOFU variants with paraphraser: llm
-PREPARE_METRICS = Path("metrics/prepare.json")
+PREPARE_METRICS = Path("records/prepare.json")
 
 # tokenizer, base
 TOKENIZER_DIR = Path("models/tokenizer")
 BASE_DIR = Path("models/base")
 BASE_WEIGHTS = BASE_DIR / "model.safetensors"
-BASE_METRICS = Path("metrics/base.json")
+BASE_METRICS = Path("records/base.json")
 
 # secrets, filter
 SECRETS = Path("data/secrets.jsonl")
 HELDOUT_DIR = Path("data/heldout")  # validation/test without any sample that contains a secret
-SECRETS_METRICS = Path("metrics/secrets.json")
+SECRETS_METRICS = Path("records/secrets.json")
 FILTERED_SECRETS = Path("data/secrets_filtered.jsonl")
-FILTER_METRICS = Path("metrics/filter.json")
+FILTER_METRICS = Path("records/filter.json")
 
 # train, score
 RUNS_DIR = Path("models/runs")
-TRAIN_METRICS_DIR = Path("metrics/train")
-SCORE_METRICS_DIR = Path("metrics/score")
+TRAIN_METRICS_DIR = Path("records/train")
+SCORE_METRICS_DIR = Path("records/score")
 
 # canaries, audit
 CANARIES_DIR = Path("data/canaries")
-CANARIES_METRICS = Path("metrics/canaries.json")
+CANARIES_METRICS = Path("records/canaries.json")
 AUDIT_RUNS_DIR = Path("models/audit")
-AUDIT_METRICS_DIR = Path("metrics/audit")
+AUDIT_METRICS_DIR = Path("records/audit")
 
 # profiles, analyze
 PROFILES_DIR = Path("plots/profiles")
+RUNS_TABLE = Path("records/runs.csv")  # one row per run: every hyperparameter, accounting fact and score
+SCORES_BY_EPSILON = Path("records/scores_by_epsilon.json")  # per ε and score: mean, std, min, max, coverage (empriv summary)
+ANALYSIS_DETAIL = Path("records/analysis.json")  # the research's whole analysis (the report's source)
+# The DVC metrics: a few compact, numbers-only files made for `dvc metrics diff` and `dvc exp show`
 METRICS_DIR = Path("metrics")
-RUNS_TABLE = Path("metrics/runs.csv")
-SUMMARY = Path("metrics/summary.json")
-ANALYSIS = Path("metrics/analysis.json")
+SUMMARY = Path("metrics/summary.json")  # headline per ε: mean/std/worst of the scores, utility, audit ε̂, counts
+CONFIGS = Path("metrics/configs.json")  # per configuration (mean over seeds): primary score, utility, audit ε̂
+ANALYSIS = Path("metrics/analysis.json")  # per finite ε, primary score: std configs/seeds, regression, heuristics, risks
 ANALYSIS_PLOTS_DIR = Path("plots/analysis")
 REPORT = Path("reports/report.html")
 

@@ -37,7 +37,7 @@ from empriv.config import ConfigError, parse_params, read_yaml
 PRESETS_DIR = Path("presets")
 STUDIES_DIR = Path(".studies")
 RESULTS_DIR = Path("results")
-COPIED = ("metrics", "plots/analysis", "plots/profiles", "reports/report.html", "params.yaml", "dvc.lock")
+COPIED = ("metrics", "records", "plots/analysis", "plots/profiles", "reports/report.html", "params.yaml", "dvc.lock")
 
 
 def preset_path(name: str, root: Path) -> Path:
@@ -97,11 +97,13 @@ def study_written_files(work: Path) -> set[str]:
 
 
 def cube_files(params) -> set[str]:
-    """The per-run metrics files of the study's cube and audit cube (``metrics/{train,score,audit}/<name>.json``)."""
+    """The per-run record files of the study's cube and audit cube (``records/{train,score,audit}/<name>.json``)."""
+    from empriv import paths
+
     names = {r.name for r in params.runs()}
     audits = {r.name for r in params.audit_runs()}
-    return ({f"metrics/{kind}/{n}.json" for kind in ("train", "score") for n in names}
-            | {f"metrics/audit/{n}.json" for n in audits})
+    return ({(d / f"{n}.json").as_posix() for d in (paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR) for n in names}
+            | {(paths.AUDIT_METRICS_DIR / f"{n}.json").as_posix() for n in audits})
 
 
 def summarise_cost(records: list[dict]) -> list[dict]:

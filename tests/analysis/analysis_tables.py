@@ -1,4 +1,4 @@
-"""A constructed run table shaped like metrics/runs.csv (no pipeline needed)."""
+"""A constructed run table shaped like records/runs.csv (no pipeline needed)."""
 
 from __future__ import annotations
 

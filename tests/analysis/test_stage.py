@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from analysis_tables import make_run_table
 
-from empriv.analysis.stage import analysis_metrics, compute_analysis, format_analysis
+from empriv.analysis.stage import compute_analysis, format_analysis
 
 SCORES = ["acr_mean", "air_mean", "exposure_gap_mean", "exposure_gap_worst", "vmr_mean"]
 
@@ -53,12 +53,6 @@ def test_full_analysis_of_a_constructed_table(runs):
     assert sel["risks"]["monte_carlo"]["algorithm1"]["absolute_risk"] >= 0
     vmr = a["selection"]["8"]["vmr_mean"]["risks"]["mean"]
     assert vmr["algorithm1"]["relative_risk"] is None and vmr["algorithm1"]["absolute_risk"] == 0.0
-    m = analysis_metrics(a)
-    json.dumps(m)
-    assert m["heuristics"]["exposure_gap_mean"]["8"]["individual"] == 1.0
-    assert m["regression"]["exposure_gap_mean"]["8"]["individual"]["log_eta"] == pytest.approx(coefs["log_eta"])
-    assert m["std"]["exposure_gap_mean"]["inf"]["configurations"] is not None
-    assert "algorithm1_absolute_mean" in m["risks"]["exposure_gap_mean"]["8"]
     assert "acr_mean" in format_analysis(a)
 
 

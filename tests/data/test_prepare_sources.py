@@ -28,7 +28,7 @@ def _run(tmp_path, monkeypatch, params) -> tuple[dict, list[dict], dict]:
     prep = prepare(params)
     make_tokenizer(params)
     secrets = make_secrets(params)
-    return prep, secrets, json.loads(Path("metrics/secrets.json").read_text())
+    return prep, secrets, json.loads(Path("records/secrets.json").read_text())
 
 
 def test_source_alias_and_variant_validation():

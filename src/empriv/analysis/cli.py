@@ -1,6 +1,6 @@
 """``empriv analyze select``: Algorithm 1 and the baselines on a user's own pool of runs.
 
-    empriv analyze select --runs metrics/runs.csv --score acr_mean [--max-utility U] [--epsilon E] [--json]
+    empriv analyze select --runs records/runs.csv --score acr_mean [--max-utility U] [--epsilon E] [--json]
 
 Runs are averaged over seeds per configuration; the pool is the configurations with utility ≤ U
 (``--max-utility``), at one ε (``--epsilon``; required when the table holds several finite ε), that have a
@@ -22,7 +22,7 @@ def add_analyze_parser(subparsers) -> argparse.ArgumentParser:
     analyze = subparsers.add_parser("analyze", help="analysis of a run table (selection)")
     sub = analyze.add_subparsers(dest="analyze_command", required=True)
     p = sub.add_parser("select", help="Algorithm 1's pick from a pool of runs, and the baselines'")
-    p.add_argument("--runs", default="metrics/runs.csv", help="run table (CSV; the analyze stage writes metrics/runs.csv)")
+    p.add_argument("--runs", default="records/runs.csv", help="run table (CSV; the analyze stage writes records/runs.csv)")
     p.add_argument("--score", required=True, help="empirical privacy score column (higher = worse privacy), e.g. acr_mean")
     p.add_argument("--utility", default="test_nll", help="utility column (lower = better); default test_nll")
     p.add_argument("--max-utility", type=float, default=None, help="utility threshold u: pool = configurations with utility ≤ u")

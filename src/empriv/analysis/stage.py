@@ -1,5 +1,5 @@
 """The research's analysis of a run table: primary score, variance, regression, heuristics, selection and risks
-(:func:`compute_analysis`), its DVC-metrics form (:func:`analysis_metrics`) and terminal summary. The analyze
+(:func:`compute_analysis`) and its terminal summary (its DVC-metrics form: :mod:`empriv.analysis.metrics`). The analyze
 stage (:mod:`empriv.pipeline.analyze`) builds the table and writes metrics, plots and the report."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
     # audit outcomes only (ε̂, AUC, TPRs, DP-Flat precision): the audit's settings (δ, m, r …) are not measurements
     audit = [c for c in AUDIT_OUTCOMES if c in table.columns and available(table, c)]
     if not audit:
-        notes.append("no audit metrics (metrics/audit/<config>.json): correlations with audited ε̂ not computed")
+        notes.append("no audit metrics (records/audit/<config>.json): correlations with audited ε̂ not computed")
     notes.append("model-distance summaries (research appendix C.2) are not computed: the runs record no model distances")
 
     columns = list(dict.fromkeys(scores + [utility] + audit))
@@ -180,46 +180,6 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
         "notes": notes,
     }
     return analysis, configs
-
-
-def analysis_metrics(analysis: dict) -> dict:
-    """The compact DVC metrics view of ``analysis`` (metrics/analysis.json): per-ε std, regression
-    coefficients and p-values, heuristic accuracies, selection risks."""
-    out: dict = {"n_runs": analysis["n_runs"], "n_configs": analysis["n_configs"],
-                 "n_configs_kept": analysis["n_configs_kept"], "primary_score": analysis["primary_score"],
-                 "std": {}, "regression": {}, "heuristics": {}, "risks": {}, "correlations": {}}
-    for s, per in analysis["seed_vs_configuration"].items():
-        out["std"][s] = {e: {"configurations": d["hyperparameter"], "seeds": d["randomness"]} for e, d in per.items()}
-    for e, per in analysis["regression"].items():
-        for s, models in per.items():
-            for m, fit in models.items():
-                entry = {"r2": fit.get("r2"), "n": fit.get("n")}
-                for term, t in fit.get("terms", {}).items():
-                    if term != "intercept":
-                        entry[term] = t["coef"]
-                        entry[f"{term}_p"] = t["p"]
-                out["regression"].setdefault(s, {}).setdefault(e, {})[m] = entry
-    for e, per in analysis["heuristics"].items():
-        for s, rules in per.items():
-            out["heuristics"].setdefault(s, {})[e] = {
-                **{r: d["accuracy"] for r, d in rules.items()},
-                **{f"{r}_pairs": d["n_pairs"] for r, d in rules.items()},
-                "random_baseline": rules["individual"]["random_baseline"]}
-    for e, per in analysis["selection"].items():
-        for s, d in per.items():
-            risks = d.get("risks") or {}
-            entry = {}
-            for layout in ("mean", "monte_carlo"):
-                for m, r in (risks.get(layout) or {}).items():
-                    entry[f"{m}_relative_{layout}"] = r["relative_risk"]
-                    entry[f"{m}_absolute_{layout}"] = r["absolute_risk"]
-            if entry:
-                out["risks"].setdefault(s, {})[e] = entry
-    for e, pairs in analysis["correlations"].items():
-        for pair, d in pairs.items():
-            if pair.split("~")[0].startswith("audit_"):
-                out["correlations"].setdefault(pair, {})[e] = d["rho"]
-    return out
 
 
 def format_analysis(analysis: dict) -> str:

@@ -56,8 +56,8 @@ def numeric_scalars(metrics: dict, skip: frozenset[str] | set[str] = NON_SCORE_K
 def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audit_dir: str | Path | None = None):
     """Rows for exactly the runs of the current cube (stale files of removed configurations are ignored).
 
-    Score columns: every top-level numeric scalar of ``metrics/score/<config>.json`` (missing or null → null).
-    Audit columns (``audit_…``): joined by configuration name from ``metrics/audit/<config>.json`` when it exists.
+    Score columns: every top-level numeric scalar of ``records/score/<config>.json`` (missing or null → null).
+    Audit columns (``audit_…``): joined by configuration name from ``records/audit/<config>.json`` when it exists.
     """
     import polars as pl
 
@@ -108,7 +108,7 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
 
 
 def read_run_table(path: str | Path):
-    """``metrics/runs.csv`` (or a user's own table with the same columns) as a polars DataFrame.
+    """``records/runs.csv`` (or a user's own table with the same columns) as a polars DataFrame.
 
     Needs ``epsilon``, ``batch_size``, ``steps``, ``learning_rate``; ``seed``, ``compute``, ``update`` and
     ``group`` are derived when absent. ``epsilon`` may be ``inf``.
@@ -117,7 +117,7 @@ def read_run_table(path: str | Path):
 
     path = Path(path)
     if not path.exists():
-        raise ValueError(f"run table {str(path)!r} does not exist (the analyze stage writes metrics/runs.csv)")
+        raise ValueError(f"run table {str(path)!r} does not exist (the analyze stage writes records/runs.csv)")
     table = pl.read_csv(path, infer_schema_length=None)
     return normalize_run_table(table, source=str(path))
 

@@ -1,5 +1,7 @@
-"""analyze: every run in one table → metrics/runs.csv, per-ε statistics → metrics/summary.json, the research's
-analysis → metrics/analysis.json, plots/analysis/ (PNGs + DVC plot data) and the self-contained reports/report.html."""
+"""analyze: every run in one table → records/runs.csv; per-ε statistics of every score → records/scores_by_epsilon.json;
+the research's analysis → records/analysis.json; the DVC metrics (compact, numbers only: metrics/summary.json,
+metrics/configs.json, metrics/analysis.json; see empriv.analysis.metrics); plots/analysis/ (PNGs + DVC plot data) and
+the self-contained reports/report.html."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def assumptions(names: list[str], train_dir: Path) -> list[dict]:
 
 
 def base_utility(params: Params, path: Path) -> float | None:
-    """analyze.base_utility, or the base model's own utility from metrics/base.json."""
+    """analyze.base_utility, or the base model's own utility from records/base.json."""
     if params.analyze.base_utility is not None:
         return float(params.analyze.base_utility)
     if Path(path).exists():
@@ -38,7 +40,8 @@ def base_utility(params: Params, path: Path) -> float | None:
 def main(params: Params) -> dict:
     from empriv.analysis.figures import make_figures, write_plot_data
     from empriv.analysis.report import render_html, write_report
-    from empriv.analysis.stage import analysis_metrics, compute_analysis, format_analysis
+    from empriv.analysis.metrics import analysis_metrics, config_metrics, summary_metrics
+    from empriv.analysis.stage import compute_analysis, format_analysis
     from empriv.analysis.table import run_table
     from empriv.analysis.variance import format_summary, summarize
 
@@ -46,9 +49,10 @@ def main(params: Params) -> dict:
     table = run_table(params, paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR, paths.AUDIT_METRICS_DIR)
     scores = [s for s in ap.scores if s in table.columns] or list(ap.scores)  # absent ones: summarize says so
     summary = {"scores": scores, "per_epsilon": summarize(table, list(ap.scores)), "n_runs": table.height}
+    base = base_utility(params, paths.BASE_METRICS)
     analysis, configs = compute_analysis(
         table, privacy_scores=list(ap.privacy_scores), utility=ap.utility,
-        base_utility=base_utility(params, paths.BASE_METRICS), retention_fraction=ap.retention_fraction,
+        base_utility=base, retention_fraction=ap.retention_fraction,
         monte_carlo_trials=ap.monte_carlo_trials, seed=ap.seed)
     profiles = paths.PROFILES_DIR
     with atomic_dir(paths.ANALYSIS_PLOTS_DIR) as tmp:
@@ -62,7 +66,10 @@ def main(params: Params) -> dict:
     write_report(paths.REPORT, html_text)
     with atomic_path(paths.RUNS_TABLE) as tmp:
         table.write_csv(tmp)
-    write_json(paths.SUMMARY, summary)
+    write_json(paths.SCORES_BY_EPSILON, summary)
+    write_json(paths.ANALYSIS_DETAIL, analysis)
+    write_json(paths.SUMMARY, summary_metrics(table, scores, ap.utility, base))
+    write_json(paths.CONFIGS, config_metrics(table, analysis["primary_score"], ap.utility))
     write_json(paths.ANALYSIS, analysis_metrics(analysis))
     print(format_summary(summary["per_epsilon"], scores))
     print(format_analysis(analysis))

@@ -1,5 +1,5 @@
 """audit@<config>: train one configuration of the audit cube *with* the canaries, then audit it (MIA scores, ROC,
-one-run ε lower bounds) → models/audit/<config>/ (with canary_scores.jsonl), metrics/audit/<config>.json."""
+one-run ε lower bounds) → models/audit/<config>/ (with canary_scores.jsonl), records/audit/<config>.json."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""base: the base model → models/base/ (fp32 safetensors + tokenizer), metrics/base.json (size, held-out test NLL).
+"""base: the base model → models/base/ (fp32 safetensors + tokenizer), records/base.json (size, held-out test NLL).
 tiny-gpt2 is pre-trained on the public split; a pre-trained base is written as it is (no pre-training)."""
 
 from __future__ import annotations

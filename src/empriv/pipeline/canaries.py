@@ -1,5 +1,5 @@
 """canaries: the audit canaries of ``params.canaries`` for the base's tokenizer → data/canaries/ (canaries.jsonl,
-meta.json) and metrics/canaries.json (counts and lengths, never token ids).
+meta.json) and records/canaries.json (counts and lengths, never token ids).
 
 m = ``canaries.n_canaries`` audit canaries whatever the draw; each is a member independently with probability
 1/2 (``membership`` and ``n_members`` are recorded). Before anything is written, the leak check looks for every

@@ -1,5 +1,5 @@
 """filter: the model-based secret filters (appendix B.6) after the cube's non-private runs →
-data/secrets_filtered.jsonl and metrics/filter.json (ids and counts, never text).
+data/secrets_filtered.jsonl and records/filter.json (ids and counts, never text).
 
 This module loads the models (the base and every ε = ∞ run of the cube) and builds the ACR scorer from
 :mod:`empriv.score.acr` with the ``score.acr`` settings; :func:`empriv.secrets.filtering.filter_secrets`

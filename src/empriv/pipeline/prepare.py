@@ -1,5 +1,5 @@
 """prepare: the raw corpus (or the built-in generators) → data/prepared/{train,validation,test,public}.jsonl
-(+ planted_secrets.jsonl, tofu_train_authors.jsonl) and metrics/prepare.json.
+(+ planted_secrets.jsonl, tofu_train_authors.jsonl) and records/prepare.json.
 
 Before anything is written, the leak check (:mod:`empriv.secrets.leaks`) looks for every secret known
 at this point — the planted secrets of synthetic-enron, the training authors' names of TOFU — in the

@@ -1,4 +1,4 @@
-"""score@<config>: utility and memorisation scores of one fine-tuned model → metrics/score/<config>.json."""
+"""score@<config>: utility and memorisation scores of one fine-tuned model → records/score/<config>.json."""
 
 from __future__ import annotations
 

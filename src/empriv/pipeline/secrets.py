@@ -1,5 +1,5 @@
 """secrets: the secrets of the corpus → data/secrets.jsonl, data/heldout/{validation,test}.jsonl (the held-out
-splits without any sample that contains a secret) and metrics/secrets.json (ids and counts, never text).
+splits without any sample that contains a secret) and records/secrets.json (ids and counts, never text).
 
 The leak check runs before anything is written: no secret may occur in the public split, nor in the
 validation/test splits — for real Enron, whose held-out e-mails naturally repeat its signatures and

@@ -1,4 +1,4 @@
-"""train@<config>: DP fine-tuning of one cube configuration → models/runs/<config>/, metrics/train/<config>.json."""
+"""train@<config>: DP fine-tuning of one cube configuration → models/runs/<config>/, records/train/<config>.json."""
 
 from __future__ import annotations
 

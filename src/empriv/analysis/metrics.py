@@ -1,0 +1,138 @@
+"""The analyze stage's DVC metrics: three compact, numbers-only files made to be compared.
+
+``dvc metrics diff`` between two commits goes into a pull-request comment and ``dvc exp show`` is read as a results
+table, so these files hold headline numbers only; everything else the analysis computes stays in plain stage
+outputs (``records/``). Conventions shared by the three files:
+
+- an ε group is keyed ``eps<ε>`` (``eps8``, ``eps0.5``) and the non-private reference ``epsinf``; inside a finite
+  group ``epsilon`` is the number, the ∞ group has no ``epsilon`` key (never the string "inf" in a number column);
+- a statistic with nothing to summarise (a score without a value at that ε, e.g. ACR over successes when no search
+  succeeded) is ``null``, never 0; ``n`` says how many configuration means it is over;
+- "worst" is the highest configuration mean: the most memorising for a privacy score, the least useful for the
+  utility (test NLL, lower is better).
+"""
+
+from __future__ import annotations
+
+import math
+
+RISK_METHODS = ("algorithm1", "best_utility")
+
+
+def epsilon_key(eps: float) -> str:
+    """``eps8``, ``eps0.5``, ``epsinf``: the key of an ε group in every metrics file."""
+    return "epsinf" if math.isinf(float(eps)) else f"eps{float(eps):g}"
+
+
+def _values(frame, column: str) -> list[float]:
+    import polars as pl
+
+    if column not in frame.columns:
+        return []
+    return [float(v) for v in frame[column].cast(pl.Float64).fill_nan(None).drop_nulls().to_list()]
+
+
+def _std(vals: list[float]) -> float | None:
+    if len(vals) < 2:
+        return None
+    if max(vals) == min(vals):
+        return 0.0
+    m = sum(vals) / len(vals)
+    return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
+
+
+def _stats(vals: list[float]) -> dict:
+    return {"mean": sum(vals) / len(vals) if vals else None, "std": _std(vals), "worst": max(vals) if vals else None,
+            "n": len(vals)}
+
+
+def summary_metrics(table, scores: list[str], utility: str, base_utility: float | None) -> dict:
+    """``metrics/summary.json``: per ε group, the configuration count and, for every score of ``scores`` present in the
+    run table and for ``utility``, mean / std / worst over configuration means (seeds averaged first); the pooled ACR
+    search counts where searches ran; the audit's ε̂ lower bound (highest over the audited configurations)."""
+    import polars as pl
+
+    from empriv.analysis.table import config_table
+
+    present = [s for s in dict.fromkeys([*scores, utility]) if s in table.columns]
+    audit = [c for c in ("audit_eps_lb_95",) if c in table.columns]
+    configs = config_table(table, present + audit)
+    out: dict = {"n_runs": table.height, "n_configs": configs.height}
+    if base_utility is not None and math.isfinite(float(base_utility)):
+        out[f"base_{utility}"] = float(base_utility)
+    for eps in sorted(configs["epsilon"].unique().to_list()):
+        g = configs.filter(pl.col("epsilon") == eps)
+        runs = table.filter(pl.col("epsilon") == eps)
+        entry: dict = {} if math.isinf(eps) else {"epsilon": float(eps)}
+        entry.update({"n_configs": g.height, "n_runs": runs.height})
+        for s in present:
+            entry[s] = _stats(_values(g, s))
+        searched = _values(runs, "acr_n_searched")
+        if searched:
+            entry["acr_searched"] = int(sum(searched))
+            entry["acr_success"] = int(sum(_values(runs, "acr_n_success")))
+        for c in audit:
+            vals = _values(g, c)
+            if vals:
+                entry[c] = max(vals)
+        out[epsilon_key(eps)] = entry
+    return out
+
+
+def config_metrics(table, primary: str | None, utility: str) -> dict:
+    """``metrics/configs.json``: one entry per configuration (seeds averaged), keyed by its name without the seed
+    (``eps8-b64-T16-lr0.005``): the primary privacy score, the utility and, for audited
+    configurations, the audit's ε̂ lower bound — a flat results table, one row per configuration (seed counts are in
+    records/runs.csv: a diff row per configuration that never changes would only lengthen `dvc metrics diff`)."""
+    from empriv.analysis.table import config_table
+
+    columns = [c for c in dict.fromkeys([primary, utility, "audit_eps_lb_95"]) if c and c in table.columns]
+    configs = config_table(table, columns)
+    out: dict = {}
+    for row in configs.iter_rows(named=True):
+        entry = {}
+        for c in columns:
+            v = row[c]
+            if c.startswith("audit_") and v is None:
+                continue  # not audited: no key (the audit cube is small), rather than a column of nulls
+            entry[c] = None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+        out[row["group"]] = entry
+    return out
+
+
+def analysis_metrics(analysis: dict) -> dict:
+    """``metrics/analysis.json``: the research's findings for the primary score, per ε group — standard deviation of
+    the configuration means against the mean seed standard deviation (Table 8), the regression's R² and
+    coefficients (individual hyperparameters, log scale), the heuristics' accuracies and the absolute selection risk
+    of Algorithm 1 and of the best-utility baseline — keyed by the score's name. The whole analysis (every score,
+    p-values, sweeps, correlations) is ``records/analysis.json``."""
+    s = analysis.get("primary_score")
+    out: dict = {"n_configs": analysis["n_configs"], "n_configs_kept": analysis["n_configs_kept"]}
+    if not s:
+        return out
+    per: dict = {}
+    for label, d in analysis["seed_vs_configuration"].get(s, {}).items():
+        per.setdefault(label, {}).update({"std_configs": d["hyperparameter"], "std_seeds": d["randomness"]})
+    for label, by_score in analysis["regression"].items():
+        fit = by_score.get(s, {}).get("individual")
+        if fit:
+            e = per.setdefault(label, {})
+            e["r2"] = fit.get("r2")
+            for term, t in fit.get("terms", {}).items():
+                if term != "intercept":
+                    e[f"coef_{term}"] = t["coef"]
+    for label, by_score in analysis["heuristics"].items():
+        rules = by_score.get(s)
+        if rules:
+            per.setdefault(label, {}).update({f"heuristic_{r}": d["accuracy"] for r, d in rules.items()})
+    for label, by_score in analysis["selection"].items():
+        risks = ((by_score.get(s) or {}).get("risks") or {}).get("mean") or {}
+        for m in RISK_METHODS:
+            if m in risks:
+                per.setdefault(label, {})[f"risk_{m}"] = risks[m]["absolute_risk"]
+    out[s] = {_key(label): v for label, v in per.items()}
+    return out
+
+
+def _key(label: str) -> str:
+    return "epsinf" if label == "inf" else f"eps{label}"

@@ -1,0 +1,109 @@
+"""empriv.analysis.metrics: the compact, numbers-only DVC metrics of the analyze stage, on constructed run tables."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import polars as pl
+import pytest
+from analysis_tables import make_run_table
+
+from empriv.analysis.metrics import analysis_metrics, config_metrics, epsilon_key, summary_metrics
+from empriv.analysis.stage import compute_analysis
+
+SCORES = ["acr_mean", "exposure_gap_mean", "vmr_mean"]
+
+
+def leaves(obj, prefix=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from leaves(v, f"{prefix}.{k}" if prefix else k)
+    else:
+        yield prefix, obj
+
+
+def numbers_only(obj) -> list[str]:
+    """Keys whose value is neither a number nor null (a string, a list, a bool)."""
+    return [k for k, v in leaves(obj) if not (v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)))]
+
+
+def test_epsilon_keys():
+    assert [epsilon_key(e) for e in (8, 8.0, 0.5, math.inf, 64)] == ["eps8", "eps8", "eps0.5", "epsinf", "eps64"]
+
+
+def test_summary_is_numbers_only_with_numeric_epsilon_and_an_inf_key(runs):
+    s = summary_metrics(runs, SCORES, "test_nll", base_utility=1.7)
+    assert numbers_only(s) == []
+    json.dumps(s, allow_nan=False)  # finite numbers and nulls only
+    assert set(s) == {"n_runs", "n_configs", "base_test_nll", "eps2", "eps8", "epsinf"}
+    assert s["eps8"]["epsilon"] == 8.0 and "epsilon" not in s["epsinf"]
+    assert s["eps8"]["n_configs"] == 8 and s["eps8"]["n_runs"] == 16 and s["n_runs"] == 48
+    # mean / std / worst over configuration means (seeds averaged first), checked against polars
+    g = (runs.filter(pl.col("epsilon") == 8.0).group_by("group").agg(pl.col("exposure_gap_mean").mean())
+         ["exposure_gap_mean"])
+    e = s["eps8"]["exposure_gap_mean"]
+    assert e["mean"] == pytest.approx(g.mean()) and e["std"] == pytest.approx(g.std()) and e["worst"] == pytest.approx(g.max())
+    assert e["n"] == 8
+    assert s["eps8"]["test_nll"]["worst"] == pytest.approx(
+        runs.filter(pl.col("epsilon") == 8.0).group_by("group").agg(pl.col("test_nll").mean())["test_nll"].max())
+
+
+def test_summary_reports_a_score_without_values_as_null_not_zero(runs):
+    t = runs.with_columns(pl.lit(None, dtype=pl.Float64).alias("acr_mean"))
+    s = summary_metrics(t, SCORES, "test_nll", base_utility=None)
+    assert s["eps8"]["acr_mean"] == {"mean": None, "std": None, "worst": None, "n": 0}
+    assert "base_test_nll" not in s
+    # one configuration with a value: a mean, no std
+    t = runs.with_columns(pl.when(pl.col("group") == "eps8-b64-T16-lr0.005").then(pl.col("acr_mean")).alias("acr_mean"))
+    a = summary_metrics(t, SCORES, "test_nll", None)["eps8"]["acr_mean"]
+    assert a["n"] == 1 and a["std"] is None and a["mean"] == a["worst"]
+
+
+def test_summary_pools_acr_counts_and_takes_the_highest_audit_bound(runs):
+    t = runs.with_columns(pl.when(pl.col("seed") == 0).then(4).alias("acr_n_searched"),
+                          pl.when(pl.col("seed") == 0).then(1).alias("acr_n_success"),
+                          pl.when(pl.col("batch_size") == 64).then(pl.col("learning_rate") * 100).alias("audit_eps_lb_95"))
+    s = summary_metrics(t, SCORES, "test_nll", None)
+    assert s["eps8"]["acr_searched"] == 32 and s["eps8"]["acr_success"] == 8  # 8 seed-0 runs × 4 searched
+    assert s["eps8"]["audit_eps_lb_95"] == pytest.approx(1.0)
+    no_audit = summary_metrics(runs, SCORES, "test_nll", None)
+    assert "audit_eps_lb_95" not in no_audit["eps8"] and "acr_searched" not in no_audit["eps8"]
+
+
+def test_config_table_has_one_flat_entry_per_configuration(runs):
+    c = config_metrics(runs, "exposure_gap_mean", "test_nll")
+    assert len(c) == 24 and numbers_only(c) == []
+    e = c["eps8-b64-T16-lr0.005"]
+    assert set(e) == {"exposure_gap_mean", "test_nll"}
+    want = runs.filter(pl.col("group") == "eps8-b64-T16-lr0.005")["exposure_gap_mean"].mean()
+    assert e["exposure_gap_mean"] == pytest.approx(want)
+    assert "epsinf-b128-T32-lr0.01" in c
+
+
+def test_analysis_metrics_keep_the_primary_score_only(runs):
+    a, _ = compute_analysis(runs, privacy_scores=["exposure_gap_mean", "vmr_mean"], monte_carlo_trials=200,
+                            base_utility=None)
+    m = analysis_metrics(a)
+    assert numbers_only(m) == [] and set(m) == {"n_configs", "n_configs_kept", "exposure_gap_mean"}
+    per = m["exposure_gap_mean"]
+    assert set(per) == {"eps2", "eps8", "epsinf"}
+    e8 = per["eps8"]
+    assert e8["std_configs"] == pytest.approx(a["seed_vs_configuration"]["exposure_gap_mean"]["8"]["hyperparameter"])
+    assert e8["std_seeds"] == pytest.approx(a["seed_vs_configuration"]["exposure_gap_mean"]["8"]["randomness"])
+    assert e8["coef_log_eta"] > e8["coef_log_T"] > e8["coef_log_b"] > 0  # the constructed score's order
+    assert e8["heuristic_individual"] == 1.0 and e8["risk_algorithm1"] == pytest.approx(0.0)
+    assert "risk_algorithm1" not in per["epsinf"]  # no selection without a finite (ε, δ)
+
+
+def test_the_metrics_of_a_default_sized_cube_make_a_small_diff(runs):
+    """The three files of a 24-configuration, 3-ε cube: few enough leaves for a readable `dvc metrics diff`."""
+    a, _ = compute_analysis(runs, privacy_scores=SCORES, monte_carlo_trials=200, base_utility=1.7)
+    n = sum(len(list(leaves(f))) for f in (summary_metrics(runs, SCORES + ["test_nll"], "test_nll", 1.7),
+                                           config_metrics(runs, a["primary_score"], "test_nll"), analysis_metrics(a)))
+    assert n < 200, n
+
+
+@pytest.fixture
+def runs():
+    return make_run_table()
