@@ -107,3 +107,14 @@ def test_the_metrics_of_a_default_sized_cube_make_a_small_diff(runs):
 @pytest.fixture
 def runs():
     return make_run_table()
+
+
+def test_the_metrics_are_bit_identical_across_calls(runs):
+    """`dvc metrics diff` lists any changed value: a sum taken in another order (a hash group-by's row order) would
+    show up as a 1e-16 'change' between two identical runs."""
+    from empriv.analysis.variance import summarize
+
+    big = pl.concat([runs] * 50)  # enough rows for polars to split the group-by across threads
+    first = json.dumps([summarize(big, SCORES), summary_metrics(big, SCORES, "test_nll", 1.7)])
+    for _ in range(10):
+        assert json.dumps([summarize(big, SCORES), summary_metrics(big, SCORES, "test_nll", 1.7)]) == first

@@ -37,7 +37,7 @@ def primary_score(configs, scores: list[str]) -> str | None:
         return frame[s].cast(pl.Float64).fill_nan(None).drop_nulls()
 
     for s in scores:
-        for _, g in finite.group_by("epsilon"):
+        for _, g in finite.group_by("epsilon", maintain_order=True):
             col = values(g, s)
             if col.len() > 1 and float(col.max()) - float(col.min()) > 1e-12 * max(1.0, abs(float(col.max()))):
                 return s

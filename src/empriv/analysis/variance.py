@@ -32,7 +32,7 @@ def summarize(table, scores: list[str]) -> dict:
         return pl.col(s).cast(pl.Float64).fill_nan(None)
 
     acr_counts = [c for c in ("acr_n_searched", "acr_n_success") if c in table.columns]
-    per_config = table.group_by(["epsilon", "group"]).agg(
+    per_config = table.group_by(["epsilon", "group"], maintain_order=True).agg(  # a fixed order: bit-identical sums
         *[x(s).mean().alias(s) for s in scores],
         *[x(s).std(ddof=1).alias(f"{s}__seed_std") for s in scores],
         *[x(s).is_not_null().sum().alias(f"{s}__n_runs") for s in scores],
