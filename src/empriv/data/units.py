@@ -18,6 +18,11 @@ Steps, in order (``counts`` records the size after each):
    ``Begin forwarded message``).
 
 The privacy unit is the sender (FROM). :func:`unit_statistics` summarises records per unit.
+
+Corpora without senders (the built-in synthetic ones) get unit ids from
+:func:`synthetic_unit_ids`: a heavy-tailed number of records per unit shaped like Enron's
+(min 1, median 2, mean ≈ 13, a long tail capped at 5,000). :func:`records_by_unit` turns a unit
+column into the unit → record-index mapping that :mod:`empriv.data.selection` works on.
 """
 
 from __future__ import annotations
@@ -141,7 +146,12 @@ def is_forwarded(record: UserRecord) -> bool:
 
 def unit_statistics(records: Iterable[UserRecord]) -> dict:
     """Records per privacy unit: number of units and the mean, max, min and median."""
-    per_unit = Counter(r.unit for r in records)
+    return unit_id_statistics(r.unit for r in records)
+
+
+def unit_id_statistics(unit_ids: Iterable[str]) -> dict:
+    """:func:`unit_statistics` from a column of unit ids (one entry per record)."""
+    per_unit = Counter(unit_ids)
     if not per_unit:
         return {"n_units": 0, "n_records": 0, "records_per_unit_mean": 0.0, "records_per_unit_max": 0,
                 "records_per_unit_min": 0, "records_per_unit_median": 0.0}
@@ -182,3 +192,66 @@ def build_user_records(messages: Iterable[tuple[str, str]], ngram: int = NGRAM) 
     kept = [r for r in kept if not is_forwarded(r)]
     counts["not_forwarded"] = len(kept)
     return UserLevelData(kept, counts, unit_statistics(kept), n_malformed)
+
+
+def records_by_unit(unit_ids: Iterable[str]) -> dict[str, list[int]]:
+    """Unit id → indices of its records (a column of unit ids, one per record), units in order of first appearance."""
+    out: dict[str, list[int]] = {}
+    for i, unit in enumerate(unit_ids):
+        out.setdefault(unit, []).append(i)
+    return out
+
+
+# ------------------------------------------------------------------ synthetic privacy units
+#: Records per unit of a synthetic corpus: ceil(exp(μ + s·Z)) for a standard normal Z, capped.
+#: μ = 0.33, s = 2.1 give P(1 record) ≈ 0.44, median 2 and mean ≈ 13.0 (cap 5,000), the shape of
+#: Enron's senders (the user-level DP paper's Table 1: min 1, median 2.0, mean 13.2, max 5,049).
+RECORDS_PER_UNIT_LOG_MEDIAN = 0.33
+RECORDS_PER_UNIT_LOG_SPREAD = 2.1
+MAX_RECORDS_PER_UNIT = 5000
+
+
+def sample_records_per_unit(n_units: int, rng, max_records_per_unit: int = MAX_RECORDS_PER_UNIT):
+    """``n_units`` draws of the heavy-tailed records-per-unit distribution (numpy int array, each in [1, cap])."""
+    import numpy as np
+
+    if isinstance(n_units, bool) or not isinstance(n_units, int) or n_units < 0:
+        raise ValueError(f"n_units must be an integer >= 0, got {n_units!r}")
+    if isinstance(max_records_per_unit, bool) or not isinstance(max_records_per_unit, int) or max_records_per_unit < 1:
+        raise ValueError(f"max_records_per_unit must be an integer >= 1, got {max_records_per_unit!r}")
+    z = rng.standard_normal(n_units)
+    sizes = np.ceil(np.exp(RECORDS_PER_UNIT_LOG_MEDIAN + RECORDS_PER_UNIT_LOG_SPREAD * z))
+    return np.clip(sizes, 1, max_records_per_unit).astype(np.int64)
+
+
+def synthetic_unit_ids(n_records: int, seed: int, *, max_records_per_unit: int = MAX_RECORDS_PER_UNIT,
+                       prefix: str = "unit") -> list[str]:
+    """A privacy unit id for each of ``n_records`` records of a synthetic corpus.
+
+    Unit sizes are drawn from :func:`sample_records_per_unit` until they cover ``n_records`` (the
+    last unit is cut to fit), then records are dealt to units in a random order, so a unit's records
+    are spread over the corpus. Ids are ``<prefix><number>`` (zero-padded, numbered by unit size
+    draw order). Deterministic for ``seed``; only numpy's generator seeded with ``seed`` is used.
+    """
+    import numpy as np
+
+    if isinstance(n_records, bool) or not isinstance(n_records, int) or n_records < 1:
+        raise ValueError(f"n_records must be an integer >= 1, got {n_records!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    rng = np.random.default_rng(seed)
+    chunks, total = [], 0
+    while total < n_records:
+        # draw in blocks: the expected size is ~13, so n/8 + 16 units nearly always suffice at once
+        block = sample_records_per_unit(n_records // 8 + 16, rng, max_records_per_unit)
+        chunks.append(block)
+        total += int(block.sum())
+    sizes = np.concatenate(chunks)
+    ends = np.cumsum(sizes)
+    n_units = int(np.searchsorted(ends, n_records)) + 1  # the first unit whose end reaches n_records
+    sizes = sizes[:n_units].copy()
+    sizes[-1] -= int(ends[n_units - 1]) - n_records
+    owner = np.repeat(np.arange(n_units), sizes)[rng.permutation(n_records)]
+    width = len(str(n_units - 1))
+    names = [f"{prefix}{i:0{width}d}" for i in range(n_units)]
+    return [names[i] for i in owner.tolist()]
