@@ -1,0 +1,482 @@
+"""User-wise DP-SGD (Algorithm 2 of "Mind the Privacy Unit!"): one clipped gradient per privacy unit.
+
+Per step t = 1..T:
+
+1. Poisson-sample units: each of the N units joins 𝓤_t independently with probability q (the
+   expected number of units per step is q·N; 𝓤_t may be empty, and the step is still noised).
+2. For every sampled unit u, the caller's record selection gives its k'_u records (token ids + loss
+   mask; any strategy — fixed top-k, random k, random chunk — lives outside this module).
+3. The unit's gradient is that of the MEAN loss over its records,
+   g_u = (1/k'_u) Σ_j ∇ℓ_j, and it is clipped ONCE to norm C over all trainable parameters together:
+   ĝ_u = g_u · min(1, C/‖g_u‖₂). Records are never clipped one by one.
+4. ĝ_t = (Σ_u ĝ_u + N(0, σ²C² I)) / (q·N) is set as ``.grad`` of the trainable parameters and the
+   optimizer steps.
+
+A unit's whole data therefore moves the sum by at most C, whatever k'_u is: the sensitivity the
+user-level accountant (:func:`empriv.privacy.user_level.calibrate_user_wise`) assumes.
+
+How the per-unit gradients are computed (``strategy``; both give the same numbers):
+
+- ``per_unit`` (default): one forward and backward per unit over its records (plain autograd), the
+  unit's gradient accumulated over micro-batches of its records when it has more than
+  ``micro_batch_records``, then clipped and added. Memory: one gradient copy beyond the model's.
+  Fastest on the CPU in ``benchmarks/userwise_step.py`` (units of k = 4 records: about half the time of
+  ``per_record``, which materialises every record's gradient of every parameter).
+- ``per_record``: opacus' per-sample gradients (its fast hooks for ``nn.Linear`` — GPT-2's ``Conv1D``
+  converted by :func:`empriv.models.adapters.prepare_for_finetuning` — embeddings and layer norms;
+  peft's LoRA layers are ``nn.Linear`` too) of the weighted loss Σ_j ℓ_j / k'_{u(j)},
+  so record j's per-sample gradient is already ∇ℓ_j / k'_{u(j)}; they are summed per unit with
+  ``index_add_``. One forward and one backward serve all units of a micro-batch (runs of at most
+  ``micro_batch_records`` records, sorted by unit); a unit split across two micro-batches has its
+  partial gradient carried over, so clipping always sees the whole unit. Worth it where many units
+  have one or two records, or on accelerators.
+
+Micro-batching changes memory use only — never the Poisson batch, the clipping, the noise (drawn once
+per step) or the accounting.
+
+Noise is drawn after all micro-batches, for each trainable parameter in ``model.parameters()`` order,
+as ``torch.normal(0, σC, p.shape, generator=noise_generator)``; σ = 0 draws nothing.
+
+``noise_multiplier=None`` is the non-private reference (ε = ∞, the research's "bypass aggregation and
+noise"): the same units and records, no clipping, no noise, the mean over the realised units of each
+unit's mean-loss gradient (plain autograd, no per-sample gradients); an empty step is a counted no-op.
+
+The pipeline does not use this module yet (see docs/models.md).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+STRATEGIES = ("per_unit", "per_record")  # how per-unit gradients are computed (module docstring)
+
+# (step, sampled unit indices) -> (ids [R, L], mask [R, L], unit id of every record [R])
+RecordSelector = Callable[[int, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_clip_norm(clip_norm) -> float:
+    if isinstance(clip_norm, bool) or not isinstance(clip_norm, (int, float)) or not clip_norm > 0 or math.isinf(clip_norm):
+        raise ValueError(f"clip_norm (C) must be a finite number > 0, got {clip_norm!r}")
+    return float(clip_norm)
+
+
+def check_noise_multiplier(noise_multiplier) -> float:
+    if (isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, (int, float))
+            or not noise_multiplier >= 0 or math.isinf(noise_multiplier)):
+        raise ValueError(f"noise_multiplier (σ) must be a finite number >= 0, got {noise_multiplier!r}")
+    return float(noise_multiplier)
+
+
+def check_unit_sample_rate(q) -> float:
+    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
+        raise ValueError(f"unit_sample_rate (q) must be in (0, 1], got {q!r}")
+    return float(q)
+
+
+def check_expected_units(expected_units) -> float:
+    if (isinstance(expected_units, bool) or not isinstance(expected_units, (int, float))
+            or not expected_units > 0 or math.isinf(expected_units)):
+        raise ValueError(f"expected_units (q·N) must be a finite number > 0, got {expected_units!r}")
+    return float(expected_units)
+
+
+def _check_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def check_records(ids: torch.Tensor, mask: torch.Tensor, unit_ids) -> torch.Tensor:
+    """``unit_ids`` as a 1-D long tensor with one entry per record, or one ValueError saying what is wrong."""
+    unit_ids = torch.as_tensor(unit_ids)
+    if ids.dim() != 2:
+        raise ValueError(f"ids must be [records, seq_len], got shape {tuple(ids.shape)}")
+    if tuple(mask.shape) != tuple(ids.shape):
+        raise ValueError(f"mask shape {tuple(mask.shape)} must equal ids shape {tuple(ids.shape)}")
+    if unit_ids.dim() != 1 or unit_ids.shape[0] != ids.shape[0]:
+        raise ValueError(f"unit_ids must have one entry per record ({ids.shape[0]}), got shape {tuple(unit_ids.shape)}")
+    if unit_ids.dtype.is_floating_point or unit_ids.dtype == torch.bool:
+        raise ValueError(f"unit_ids must be integers, got dtype {unit_ids.dtype}")
+    return unit_ids.long()
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def poisson_unit_batches(n_units: int, unit_sample_rate: float, steps: int,
+                         generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Yield ``steps`` sets of unit indices; each of the ``n_units`` units joins each set independently
+    with probability q = ``unit_sample_rate``, drawn from ``generator`` (one ``torch.rand(n_units)`` per step).
+
+    Sizes vary around q·N and may be 0: the step must still be noised and counted.
+    """
+    check_unit_sample_rate(unit_sample_rate)
+    _check_positive_int("n_units", n_units)
+    _check_positive_int("steps", steps)
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator (a seeded stream), got {type(generator).__name__}")
+    for _ in range(steps):
+        yield torch.nonzero(torch.rand(n_units, generator=generator) < unit_sample_rate, as_tuple=False).flatten()
+
+
+def fixed_records_per_unit(ids: torch.Tensor, mask: torch.Tensor, unit_of_record) -> RecordSelector:
+    """A selector giving every sampled unit all of its records (units are 0..N-1 in ``unit_of_record``).
+
+    Use it after bounding each unit to k records (or for units that already have few); strategies that
+    draw per step (random k, random chunk) supply their own selector with the same signature.
+    """
+    unit_of_record = check_records(ids, mask, unit_of_record)
+    if unit_of_record.numel() and int(unit_of_record.min()) < 0:
+        raise ValueError(f"unit_of_record must be >= 0, got {int(unit_of_record.min())}")
+    n_units = int(unit_of_record.max()) + 1 if unit_of_record.numel() else 0
+    order = torch.argsort(unit_of_record, stable=True)
+    counts = torch.bincount(unit_of_record, minlength=n_units)
+    per_unit = list(torch.split(order, counts.tolist()))
+
+    def select(step: int, units: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if units.numel() == 0:
+            rows = torch.zeros(0, dtype=torch.long)
+        else:
+            rows = torch.cat([per_unit[u] for u in units.tolist()])
+        return ids[rows], mask[rows], unit_of_record[rows]
+
+    select.n_units = n_units  # type: ignore[attr-defined]
+    return select
+
+
+# --------------------------------------------------------------------------- one step's gradient
+
+
+@dataclass(frozen=True)
+class UnitStepStats:
+    """What one user-wise step saw: realised units and records, the mean over units of each unit's mean
+    loss (NaN for an empty step), and each unit's gradient norm before clipping (in ``unit_order``)."""
+
+    units: int
+    records: int
+    mean_unit_loss: float
+    unit_order: tuple[int, ...] = ()
+    unit_grad_norms: tuple[float, ...] = ()
+
+
+def _trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("the model has no trainable parameters (requires_grad): nothing to privatise")
+    return params
+
+
+class UserwiseAggregator:
+    """Computes the User-wise DP-SGD gradient of one step and sets it as ``.grad`` of the model's
+    trainable parameters. ``strategy`` "per_unit" (default) or "per_record" (module docstring); the
+    latter wraps the model once with opacus' per-sample-gradient hooks — use the aggregator as a
+    context manager (or call :meth:`close`) to remove them. Gradients are computed in training mode
+    (the model's mode is restored afterwards).
+
+    ``micro_batch_records``: at most this many records per forward/backward (None: all at once;
+    "auto": from a quarter of physical RAM over the float32 per-record gradients, ≤ 64).
+    """
+
+    def __init__(self, model: torch.nn.Module, *, clip_norm: float, noise_multiplier: float, expected_units: float,
+                 micro_batch_records: int | str | None = None, strategy: str = "per_unit"):
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        self.strategy = strategy
+        self.clip_norm = check_clip_norm(clip_norm)
+        self.noise_multiplier = check_noise_multiplier(noise_multiplier)
+        self.expected_units = check_expected_units(expected_units)
+        self.model = model
+        self.params = _trainable(model)
+        self.micro_batch_records = resolve_micro_batch_records(micro_batch_records, self.params)
+        self.module = None
+        self._closed = False
+        if strategy == "per_record":
+            # opacus' hooks fire on the first layer although token ids need no gradient: harmless.
+            warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
+            from opacus import GradSampleModule
+
+            self.module = GradSampleModule(model, batch_first=True, loss_reduction="sum")
+
+    def __enter__(self) -> UserwiseAggregator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove opacus' hooks (leaves a plain model, e.g. for saving)."""
+        if not self._closed:
+            for p in self.params:
+                p.grad_sample = None
+            if self.module is not None:
+                self.module._close()
+            self._closed = True
+
+    def __call__(self, ids: torch.Tensor, mask: torch.Tensor, unit_ids, *, noise_generator: torch.Generator | None,
+                 sampled_units: int | None = None) -> UnitStepStats:
+        """Set ``p.grad`` = (Σ_u clip_C(∇ mean_{j∈u} ℓ_j) + N(0, σ²C²)) / (q·N) for every trainable p.
+
+        ``unit_ids[j]`` names record j's unit; records of one unit need not be adjacent. ``sampled_units``
+        is the number of units Poisson sampling drew (default: the distinct ids), which may exceed the
+        units with records. ``noise_generator`` seeds the noise (required when σ > 0).
+        """
+        if self._closed:
+            raise ValueError("this UserwiseAggregator is closed (its hooks were removed)")
+
+        unit_ids = check_records(ids, mask, unit_ids)
+        if self.noise_multiplier > 0 and not isinstance(noise_generator, torch.Generator):
+            raise ValueError(f"noise_generator must be a torch.Generator when noise_multiplier > 0, "
+                             f"got {type(noise_generator).__name__}")
+        device = self.params[0].device
+        uniq, codes = torch.unique(unit_ids, sorted=True, return_inverse=True)
+        counts = torch.bincount(codes, minlength=uniq.numel())
+        order = torch.argsort(codes, stable=True)
+        codes_sorted = codes[order]
+        weights = (1.0 / counts.double())[codes_sorted].float()  # 1/k'_u for every record, in sorted order
+        n_records = int(ids.shape[0])
+        was_training = self.model.training
+        self.model.train()  # opacus captures activations in training mode only; the mode is restored below
+        try:
+            clipped_sum = self._clipped_sum if self.strategy == "per_record" else self._clipped_sum_per_unit
+            total, norms, loss_sum = clipped_sum(ids, mask, order, codes_sorted, weights, uniq.numel(), n_records, device)
+        finally:
+            self.model.train(was_training)
+            for p in self.params:
+                p.grad_sample = None
+
+        std = self.noise_multiplier * self.clip_norm
+        for p, t in zip(self.params, total):
+            if std > 0:
+                t += torch.normal(0.0, std, size=p.shape, generator=noise_generator, device=noise_generator.device).to(t.device)
+            p.grad = (t / self.expected_units).to(p.dtype)
+        n_units = int(uniq.numel()) if sampled_units is None else int(sampled_units)
+        if n_units < uniq.numel():
+            raise ValueError(f"sampled_units ({n_units}) is smaller than the distinct unit ids of the records ({uniq.numel()})")
+        return UnitStepStats(
+            units=n_units,
+            records=n_records,
+            mean_unit_loss=loss_sum / uniq.numel() if uniq.numel() else math.nan,
+            unit_order=tuple(int(u) for u in uniq.tolist()),
+            unit_grad_norms=tuple(float(x) for x in norms.tolist()),
+        )
+
+    def _clipped_sum_per_unit(self, ids, mask, order, codes_sorted, weights, n_units, n_records, device):
+        """``per_unit``: one forward/backward per unit (its records in micro-batches), plain autograd."""
+        from empriv.models.lm import per_sample_mean_nll
+
+        m = self.micro_batch_records or max(n_records, 1)
+        total = [torch.zeros_like(p, dtype=torch.float32) for p in self.params]
+        norms = torch.zeros(n_units, dtype=torch.float64)
+        loss_sum = 0.0
+        bounds = torch.searchsorted(codes_sorted, torch.arange(n_units + 1)).tolist()
+        for u in range(n_units):
+            acc = None
+            for start in range(bounds[u], bounds[u + 1], m):
+                stop = min(start + m, bounds[u + 1])
+                rows = order[start:stop]
+                losses = per_sample_mean_nll(self.model, ids[rows].to(device), mask[rows].to(device))
+                loss = (losses * weights[start:stop].to(losses.device)).sum()
+                grads = torch.autograd.grad(loss, self.params)
+                loss_sum += float(loss.detach())
+                acc = [g.float() for g in grads] if acc is None else [a + g.float() for a, g in zip(acc, grads)]
+            norm = torch.sqrt(sum((g.double() ** 2).sum() for g in acc))
+            norms[u] = float(norm)
+            factor = float(clip_factors(norm.reshape(1), self.clip_norm)[0])
+            for t, g in zip(total, acc):
+                t.add_(g, alpha=factor)
+        return total, norms, loss_sum
+
+    def _clipped_sum(self, ids, mask, order, codes_sorted, weights, n_units, n_records, device):
+        """Σ_u clip_C(g_u) in float32 per trainable parameter, the units' norms, Σ_u mean loss."""
+        from empriv.models.lm import per_sample_mean_nll
+
+        m = self.micro_batch_records or max(n_records, 1)
+        total = [torch.zeros_like(p, dtype=torch.float32) for p in self.params]
+        norms = torch.zeros(n_units, dtype=torch.float64)
+        loss_sum = 0.0
+        carry: list[torch.Tensor] | None = None  # partial gradient of the unit that continues into the next chunk
+        for start in range(0, n_records, m):
+            stop = min(start + m, n_records)
+            rows = order[start:stop]
+            chunk_codes = codes_sorted[start:stop]
+            first_code = int(chunk_codes[0])
+            local = chunk_codes - first_code  # codes are dense (every code has a record), so a sorted run is contiguous
+            n_local = int(chunk_codes[-1]) - first_code + 1
+            for p in self.params:
+                p.grad_sample = None
+            losses = per_sample_mean_nll(self.module, ids[rows].to(device), mask[rows].to(device))
+            weighted = losses * weights[start:stop].to(losses.device)
+            weighted.sum().backward()
+            loss_sum += float(weighted.detach().sum())
+            unit_grads = []
+            for p in self.params:
+                gs = p.grad_sample
+                if isinstance(gs, list):  # accumulated over several backward passes: never expected here
+                    raise RuntimeError("opacus returned a list of per-sample gradients; one backward per chunk expected")
+                g = torch.zeros((n_local, *p.shape), dtype=torch.float32, device=gs.device)
+                g.index_add_(0, local.to(gs.device), gs.float())
+                unit_grads.append(g)
+                p.grad_sample = None
+                p.grad = None
+            if carry is not None:
+                for g, c in zip(unit_grads, carry):
+                    g[0] += c
+                carry = None
+            last_complete = n_local
+            if stop < n_records and int(codes_sorted[stop]) == int(chunk_codes[-1]):
+                carry = [g[-1].clone() for g in unit_grads]
+                last_complete = n_local - 1
+            if last_complete == 0:
+                continue
+            sq = torch.zeros(last_complete, dtype=torch.float64, device=unit_grads[0].device)
+            for g in unit_grads:
+                sq += g[:last_complete].reshape(last_complete, -1).double().pow(2).sum(1)
+            chunk_norms = sq.sqrt()
+            norms[first_code:first_code + last_complete] = chunk_norms.cpu()
+            factors = clip_factors(chunk_norms, self.clip_norm).float()
+            for t, g in zip(total, unit_grads):
+                t += torch.tensordot(factors, g[:last_complete], dims=1)
+        return total, norms, loss_sum
+
+
+def clip_factors(norms: torch.Tensor, clip_norm: float) -> torch.Tensor:
+    """min(1, C/‖g‖) for every norm (1 for a zero gradient): the paper's g / max(1, ‖g‖/C)."""
+    return torch.where(norms > clip_norm, clip_norm / norms.clamp_min(torch.finfo(norms.dtype).tiny), torch.ones_like(norms))
+
+
+def resolve_micro_batch_records(setting, params: Sequence[torch.Tensor]) -> int | None:
+    if setting is None:
+        return None
+    if setting == "auto":
+        from empriv.train.precision import CPU_DEFAULT, cpu_micro_batch_size, physical_memory_bytes
+
+        n = sum(p.numel() for p in params)
+        ram = physical_memory_bytes()
+        # per record: its float32 per-sample gradient plus (at most) one unit row of the same size
+        return cpu_micro_batch_size(CPU_DEFAULT, 8 * n, ram // 4 if ram else None)
+    return _check_positive_int("micro_batch_records", setting)
+
+
+def userwise_noised_gradient(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, unit_ids, *,
+                             clip_norm: float, noise_multiplier: float, expected_units: float,
+                             noise_generator: torch.Generator | None,
+                             micro_batch_records: int | str | None = None, strategy: str = "per_unit") -> UnitStepStats:
+    """One step's User-wise DP-SGD gradient set as ``.grad`` (wraps and unwraps the model; for many
+    steps keep one :class:`UserwiseAggregator`)."""
+    with UserwiseAggregator(model, clip_norm=clip_norm, noise_multiplier=noise_multiplier,
+                            expected_units=expected_units, micro_batch_records=micro_batch_records,
+                            strategy=strategy) as agg:
+        return agg(ids, mask, unit_ids, noise_generator=noise_generator)
+
+
+def nonprivate_unit_mean_gradient(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, unit_ids) -> UnitStepStats:
+    """ε = ∞ reference: ``.grad`` = mean over the realised units of each unit's mean-loss gradient
+    (no clipping, no noise; plain autograd). No records: gradients set to None (the caller skips the step)."""
+    from empriv.models.lm import per_sample_mean_nll
+
+    unit_ids = check_records(ids, mask, unit_ids)
+    params = _trainable(model)
+    for p in params:
+        p.grad = None
+    if unit_ids.numel() == 0:
+        return UnitStepStats(units=0, records=0, mean_unit_loss=math.nan)
+    uniq, codes = torch.unique(unit_ids, return_inverse=True)
+    counts = torch.bincount(codes).double()
+    device = params[0].device
+    losses = per_sample_mean_nll(model, ids.to(device), mask.to(device))
+    weighted = losses * (1.0 / counts)[codes].float().to(losses.device)
+    (weighted.sum() / uniq.numel()).backward()
+    return UnitStepStats(units=int(uniq.numel()), records=int(ids.shape[0]),
+                         mean_unit_loss=float(weighted.detach().sum()) / uniq.numel(),
+                         unit_order=tuple(int(u) for u in uniq.tolist()))
+
+
+# --------------------------------------------------------------------------- T steps
+
+
+@dataclass
+class UserwiseRunResult:
+    """Per step: realised units and records, mean unit loss; the sampled unit indices; counts."""
+
+    units_per_step: list[int] = field(default_factory=list)
+    records_per_step: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    unit_batches: list[list[int]] = field(default_factory=list)
+    clipped_units_per_step: list[int] = field(default_factory=list)
+    empty_steps: int = 0
+    expected_units: float = 0.0
+    wall_time_s: float = 0.0
+
+
+def userwise_dp_sgd(model: torch.nn.Module, optimizer: torch.optim.Optimizer, select_records: RecordSelector, *,
+                    n_units: int, unit_sample_rate: float, steps: int, clip_norm: float,
+                    noise_multiplier: float | None, sampler_generator: torch.Generator,
+                    noise_generator: torch.Generator | None = None, micro_batch_records: int | str | None = None,
+                    strategy: str = "per_unit",
+                    on_step: Callable[[int, UnitStepStats], None] | None = None) -> UserwiseRunResult:
+    """Run exactly ``steps`` steps of User-wise DP-SGD on ``model`` (in place) with ``optimizer``.
+
+    Units 0..``n_units``-1 are Poisson-sampled with rate q from ``sampler_generator``;
+    ``select_records(step, units)`` returns the sampled units' records (ids, mask, unit id per record —
+    every id must be one of ``units``). Every step — empty ones included — sets the noised gradient
+    and calls ``optimizer.step()``; σ is the caller's (calibrated for (q, T) by
+    :func:`empriv.privacy.user_level.calibrate_user_wise`). ``noise_multiplier=None``: non-private
+    reference (see the module docstring). ``on_step(step, stats)`` is called after every step.
+    """
+    q = check_unit_sample_rate(unit_sample_rate)
+    _check_positive_int("n_units", n_units)
+    _check_positive_int("steps", steps)
+    private = noise_multiplier is not None
+    if private:
+        check_clip_norm(clip_norm)
+        check_noise_multiplier(noise_multiplier)
+    expected = q * n_units
+    result = UserwiseRunResult(expected_units=expected)
+    model.train()
+    agg = (UserwiseAggregator(model, clip_norm=clip_norm, noise_multiplier=noise_multiplier, expected_units=expected,
+                              micro_batch_records=micro_batch_records, strategy=strategy) if private else None)
+    t0 = time.time()
+    try:
+        for step, units in enumerate(poisson_unit_batches(n_units, q, steps, sampler_generator)):
+            ids, mask, unit_ids = select_records(step, units)
+            unit_ids = check_records(ids, mask, unit_ids)
+            if unit_ids.numel() and not bool(torch.isin(unit_ids, units).all()):
+                stray = sorted(set(unit_ids.tolist()) - set(units.tolist()))[:5]
+                raise ValueError(f"select_records returned records of units that were not sampled at step {step}: {stray}")
+            optimizer.zero_grad(set_to_none=True)
+            if private:
+                stats = agg(ids, mask, unit_ids, noise_generator=noise_generator, sampled_units=int(units.numel()))
+                clipped = sum(1 for x in stats.unit_grad_norms if x > clip_norm)
+                optimizer.step()
+            else:
+                stats = nonprivate_unit_mean_gradient(model, ids, mask, unit_ids)
+                stats = UnitStepStats(units=int(units.numel()), records=stats.records, mean_unit_loss=stats.mean_unit_loss,
+                                      unit_order=stats.unit_order)
+                clipped = 0
+                if stats.records:
+                    optimizer.step()
+            if stats.units == 0:
+                result.empty_steps += 1
+            result.units_per_step.append(stats.units)
+            result.records_per_step.append(stats.records)
+            result.losses.append(stats.mean_unit_loss)
+            result.unit_batches.append(units.tolist())
+            result.clipped_units_per_step.append(clipped)
+            if on_step is not None:
+                on_step(step, stats)
+    finally:
+        if agg is not None:
+            agg.close()
+        optimizer.zero_grad(set_to_none=True)
+    result.wall_time_s = time.time() - t0
+    model.eval()
+    return result
