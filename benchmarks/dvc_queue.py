@@ -1,6 +1,6 @@
 """Benchmark: what a queued DVC experiment costs on top of its own work, and what `dvc queue start -j 2` gives.
 
-Run:  nice python benchmarks/queue.py [--root PATH] [--n 4]
+Run:  nice python benchmarks/dvc_queue.py [--root PATH] [--n 4]
 
 In a project whose pipeline is up to date and committed (`make repro`, then `git commit`), every experiment sets a
 fresh ``analyze.seed`` (``-S``), so each one re-runs exactly the ``analyze`` stage (and ``validate``, ``inputs``)
