@@ -19,13 +19,8 @@ import logging
 import statistics
 import sys
 import warnings
-from pathlib import Path
 
-# benchmarks/queue.py shadows the standard library's ``queue`` (which torch imports) when a script here
-# runs as ``python benchmarks/<script>.py``: take this directory off the import path first.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import torch  # noqa: E402
+import torch
 
 # name, GPT-2 config, units, records per unit (k), sequence length
 CONFIGS = {
