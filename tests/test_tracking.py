@@ -31,6 +31,7 @@ from empriv.tracking import (
     read_journal,
     run_id,
     study_group,
+    write_offline_runs,
 )
 
 SECRET = {
@@ -364,8 +365,12 @@ def test_train_score_and_audit_make_one_complete_offline_run_per_configuration(o
     # train: train_model opens the configuration's run itself (section train)
     _, metrics = train_model(params, run, tiny_gpt2(), ids, mask, scrub_secrets=secrets)
     rid = run_id("empriv", "workspace", run.name)
+    # offline, a stage only journals its part: W&B itself is started once, by write_offline_runs
+    assert local_copies(offline, rid) == [] and set(read_journal(offline, rid)["sections"]) == {"train"}
+    assert write_offline_runs(offline) == [rid]
     (first,) = local_copies(offline, rid)
     assert first.name.startswith("offline-run-")
+    assert write_offline_runs(offline) == []  # nothing changed: nothing rewritten
 
     # score: the score stage's tracking (a secret smuggled into a per-secret row and a metric)
     score_metrics = {"config": run.name, **run.as_dict(), "test_nll": 3.25, "exposure_gap_mean": 0.5,
@@ -385,6 +390,8 @@ def test_train_score_and_audit_make_one_complete_offline_run_per_configuration(o
                         "optimistic_eps_lb_max_over_r": {"0.95": 0.3}, "wall_time_s": 1.5})
         t.summary({"audit/canary_text": "[105, 106, 107, 108, 252, 253, 254]"})
 
+    assert local_copies(offline, rid) == [first]  # the stages wrote journals only
+    assert write_offline_runs(offline) == [rid]
     copies = local_copies(offline, rid)
     assert len(copies) == 1 and copies[0] != first and not first.exists()
     got = run_contents(copies[0])
@@ -449,6 +456,7 @@ def test_rewriting_a_part_replaces_it_and_a_failed_stage_keeps_the_last_complete
         for i in range(2):
             t.log({"train/step": i + 1, "train/loss": 1.0 - i})
     rid = run_id("empriv", "workspace", run.name)
+    assert write_offline_runs(offline) == [rid]
     (good,) = local_copies(offline, rid)
     got = run_contents(good)
     assert [r["train/loss"] for r in got["history"] if "train/loss" in r] == [1.0, 0.0]
@@ -458,8 +466,32 @@ def test_rewriting_a_part_replaces_it_and_a_failed_stage_keeps_the_last_complete
         with open_configuration_run(params, run, section="score", scrub=scrub) as t:
             t.summary({"score/test_nll": 9.0})
             raise RuntimeError("boom")
+    assert write_offline_runs(offline) == []  # the failed part changed nothing
     assert local_copies(offline, rid) == [good]
     assert read_journal(offline, rid)["sections"]["score"]["summary"] == {"score/test_nll": 4.0}
+
+
+def test_live_offline_mode_writes_each_stage_at_once_and_leaves_nothing_to_write(offline, monkeypatch):
+    """EMPRIV_WANDB_LIVE=1: each stage starts W&B and rewrites the whole run (the online path, offline)."""
+    from empriv.config import RunConfig
+
+    monkeypatch.setenv("EMPRIV_WANDB_LIVE", "1")
+    params, run = tiny_params(), RunConfig(8.0, 16, 6, 0.01, 0)
+    scrub = SecretScrubber([SECRET])
+    with open_configuration_run(params, run, section="train", scrub=scrub) as t:
+        assert not t.deferred and t.mode == "offline"
+        t.axis("train/*", "train/step")
+        t.log({"train/step": 1, "train/loss": 2.0})
+    rid = run_id("empriv", "workspace", run.name)
+    (first,) = local_copies(offline, rid)
+    with open_configuration_run(params, run, section="score", scrub=scrub) as t:
+        t.summary({"score/test_nll": 3.0})
+    (second,) = local_copies(offline, rid)
+    assert second != first
+    got = run_contents(second)
+    assert [r["train/loss"] for r in got["history"] if "train/loss" in r] == [2.0]
+    assert got["summary"]["score/test_nll"] == 3.0
+    assert write_offline_runs(offline) == []  # each live copy was whole already
 
 
 def test_summary_run_holds_tables_and_figures_and_is_rewritten_whole(offline):
@@ -483,6 +515,7 @@ def test_summary_run_holds_tables_and_figures_and_is_rewritten_whole(offline):
         t.table("analysis/runs", ["config", "epsilon", "test_nll"], [["eps8-b16-T6-lr0.01-s0", 8.0, 3.5]])
         t.image("figures/variance", png, caption="variance")
     rid = run_id("empriv", "workspace", "analysis-workspace")
+    assert write_offline_runs(offline) == [rid]
     (copy,) = local_copies(offline, rid)
     got = run_contents(copy)
     assert got["run"].job_type == "analysis" and got["run"].display_name == "analysis-workspace"
@@ -504,11 +537,12 @@ def test_runs_of_a_dvc_experiment_in_a_temporary_copy_land_in_the_project(tmp_pa
                WANDB_SILENT="true", **{v: str(tmp_path / v.lower()) for v in WANDB_ENV})
     script = (
         "import os\n"
-        "from empriv.tracking import SecretScrubber, open_run, study_group\n"
+        "from empriv.tracking import SecretScrubber, open_run, study_group, write_offline_runs\n"
         "with open_run(project='empriv', group=study_group(), name='eps8-b16-T6-lr0.01-s0', section='train',\n"
         "              mode='offline', scrub=SecretScrubber()) as t:\n"
         "    t.log({'train/step': 1, 'train/loss': 1.5})\n"
         "    t.summary({'ran_in': os.getcwd()})\n"
+        "write_offline_runs()\n"
         "open('out.txt', 'w').write(os.getcwd())\n"
     )
     (repo / "log_run.py").write_text(script)
@@ -537,3 +571,20 @@ def test_runs_of_a_dvc_experiment_in_a_temporary_copy_land_in_the_project(tmp_pa
     assert "/.dvc/tmp/exps/" in got["summary"]["ran_in"]  # the stage really ran in the temporary copy
     assert read_journal(repo, rid)["group"] == "exp-one"
     assert not any((repo / ".dvc" / "tmp" / "exps").glob("tmp*"))  # the temporary copy is gone
+
+
+def test_wandb_write_command_writes_changed_runs_only(offline, capsys):
+    from empriv.cli import main
+    from empriv.config import RunConfig
+
+    params, run = tiny_params(), RunConfig(2.0, 16, 6, 0.01, 0)
+    with open_configuration_run(params, run, section="score", scrub=SecretScrubber()) as t:
+        t.summary({"score/test_nll": 3.5})
+    assert main(["wandb-write", "--root", str(offline)]) == 0
+    assert "wrote 1 offline W&B run(s)" in capsys.readouterr().out
+    assert main(["wandb-write", "--root", str(offline)]) == 0
+    assert "wrote 0 offline W&B run(s) (every journal was already written)" in capsys.readouterr().out
+    assert main(["wandb-write", "--root", str(offline), "--all"]) == 0
+    assert "wrote 1 offline W&B run(s)" in capsys.readouterr().out
+    (copy,) = local_copies(offline, run_id("empriv", "workspace", run.name))
+    assert run_contents(copy)["summary"]["score/test_nll"] == 3.5

@@ -85,6 +85,17 @@ def _study_collect(args) -> int:
     return 0
 
 
+def _wandb_write(args) -> int:
+    import logging
+
+    from empriv.tracking import write_offline_runs
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    written = write_offline_runs(args.root, force=args.all)
+    print(f"wrote {len(written)} offline W&B run(s)" + (" (every journal was already written)" if not written else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="empriv", description="empirical privacy of DP fine-tuning")
     ap.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also: EMPRIV_DEBUG=1)")
@@ -109,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--dvc-yaml", default="dvc.yaml", help="the pipeline whose cube matrices must match the params "
                    "(skipped when the file does not exist)")
     v.set_defaults(func=_validate)
+    w = sub.add_parser("wandb-write", help="write the offline W&B runs whose journals changed (the analyze stage "
+                       "does this; e.g. after `dvc repro train@…` alone)")
+    w.add_argument("--root", default=None, help="the directory holding wandb/ (default: $EMPRIV_WANDB_DIR or the "
+                   "project root)")
+    w.add_argument("--all", action="store_true", help="rewrite every run, not only the changed ones")
+    w.set_defaults(func=_wandb_write)
     st = sub.add_parser("study", help="preset studies (presets/*.yaml)")
     st_sub = st.add_subparsers(dest="study_command", required=True)
     sr = st_sub.add_parser("run", help="run a preset end to end in its own worktree; results in results/PRESET")

@@ -8,6 +8,13 @@ its audit run's curve and results. The ``analyze`` stage writes one summary run 
 config holds the resolved params with ε numeric (∞ is null). Run ids are deterministic
 (:func:`run_id`: project, group and name), so every stage finds the same run.
 
+**Offline runs are written once, at the end.** Offline (the default), a stage does not start W&B at all:
+its part goes only to the run's *journal* (below), and :func:`write_offline_runs` — called by the
+``analyze`` stage after its summary run, or by ``empriv wandb-write`` — writes every run whose journal
+changed as one complete offline run, all in one process. Starting W&B costs ~3 s per process (its
+service, the run's files, the shutdown); paid by each of the ~100 stage processes of the default cube it
+made a cold ``make repro`` 5–6 minutes longer. Online, each stage writes its part live (below).
+
 **One run from several processes.** W&B cannot resume a run offline: ``resume`` is ignored in offline
 mode, and the transaction log of an offline run does not record it, so ``wandb sync`` of several
 offline pieces with one id uploads each piece as if it were the whole run (one overwrites the other;
@@ -30,7 +37,8 @@ captions, the journal) passes :class:`SecretScrubber` first: a string containing
 or a list of token ids containing a canary, becomes ``[redacted]`` (and the secret's *id* is warned about).
 
 Mode ``runtime.wandb_mode`` (offline by default; the ``WANDB_MODE`` environment variable wins);
-``disabled`` writes nothing at all, not even the journal.
+``disabled`` writes nothing at all, not even the journal. ``EMPRIV_WANDB_LIVE=1`` makes offline stages write
+their runs live as online ones do (each stage rewrites the whole run; slower, for debugging W&B itself).
 """
 
 from __future__ import annotations
@@ -308,7 +316,7 @@ class Tracker:
 
     def __init__(self, *, section: str, scrub: "SecretScrubber", run=None, root: Path | None = None,
                  rid: str | None = None, journal: dict | None = None, lock=None, first_row: int = 0,
-                 resumed: bool = False):
+                 resumed: bool = False, deferred: bool = False):
         self.section = section
         self._scrub = scrub
         self._run = run
@@ -318,16 +326,24 @@ class Tracker:
         self._lock = lock
         self._row = first_row
         self._resumed = resumed
+        self._deferred = deferred and run is None  # offline: the journal only (see write_offline_runs)
         self._part = _empty_section()
-        self._closed = run is None
+        self._closed = not self.active
 
     # --- state -------------------------------------------------------------------------------------
     @property
     def active(self) -> bool:
-        return self._run is not None
+        return self._run is not None or self._deferred
+
+    @property
+    def deferred(self) -> bool:
+        """True when this part goes to the journal only, for :func:`write_offline_runs` to write."""
+        return self._deferred
 
     @property
     def mode(self) -> str:
+        if self._deferred:
+            return "offline"
         return "disabled" if self._run is None else str(self._run.settings.mode)
 
     @property
@@ -351,49 +367,53 @@ class Tracker:
     # --- adding ------------------------------------------------------------------------------------
     def axis(self, pattern: str, step_key: str) -> None:
         """Plot the metrics matching ``pattern`` (e.g. ``train/*``) against ``step_key`` (e.g. ``train/step``)."""
-        if self._run is None:
+        if not self.active:
             return
         self._part["axes"][pattern] = step_key
-        _define_axis(self._run, pattern, step_key)
+        if self._run is not None:
+            _define_axis(self._run, pattern, step_key)
 
     def log(self, metrics: dict, step: int | None = None) -> None:
         """One history row (``step`` is accepted for compatibility and ignored: declare an ``axis``)."""
-        if self._run is None:
+        if not self.active:
             return
         row = numeric(self._scrub(dict(metrics)))
         self._part["rows"].append(row)
-        self._run.log(row, step=self._row)
+        if self._run is not None:
+            self._run.log(row, step=self._row)
         self._row += 1
 
     def config(self, values: dict) -> None:
-        if self._run is None:
+        if not self.active:
             return
         values = numeric(self._scrub(dict(values)))
         self._part["config"].update(values)
-        self._run.config.update(values, allow_val_change=True)
+        if self._run is not None:
+            self._run.config.update(values, allow_val_change=True)
 
     def tags(self, tags: Iterable[str]) -> None:
-        if self._run is None:
+        if not self.active:
             return
         new = [t for t in self._scrub(list(tags)) if t not in self._part["tags"]]
         self._part["tags"].extend(new)
-        self._run.tags = tuple(dict.fromkeys([*self._run.tags, *new]))
+        if self._run is not None:
+            self._run.tags = tuple(dict.fromkeys([*self._run.tags, *new]))
 
     def summary(self, values: dict) -> None:
-        if self._run is None:
+        if not self.active:
             return
         self._part["summary"].update(numeric(self._scrub(dict(values))))
 
     def table(self, key: str, columns: Sequence[str], rows: Iterable[Sequence]) -> None:
         """A wandb.Table under ``key``; cells are scrubbed and made JSON-safe (∞ → None)."""
-        if self._run is None:
+        if not self.active:
             return
         self._part["tables"][key] = {"columns": [str(c) for c in self._scrub(list(columns))],
                                      "data": [[_cell(v) for v in numeric(self._scrub(list(r)))] for r in rows]}
 
     def image(self, key: str, path: str | Path, caption: str | None = None) -> None:
         """A wandb.Image of the file at ``path`` (figures of numbers and ids only)."""
-        if self._run is None:
+        if not self.active:
             return
         self._part["images"][key] = {"path": str(Path(path).resolve()), "caption": self._scrub(caption)}
 
@@ -409,6 +429,9 @@ class Tracker:
                 self.summary(summary)
             sections = self._journal["sections"]
             sections[self.section] = self._part
+            if self._deferred:
+                self._write_journal()
+                return
             media_sections = [self._part] if self._resumed else [sections[s] for s in _ordered(sections)]
             media = {}
             for part in media_sections:
@@ -420,6 +443,8 @@ class Tracker:
             merged_summary.update(self._part["summary"])
             for k, v in merged_summary.items():
                 self._run.summary[k] = v
+            if self.mode == "offline" and not self._resumed:  # this copy is whole: write_offline_runs skips it
+                self._journal["written"] = _journal_digest(self._journal)
             self._write_journal()
             this = self.directory
             self._run.finish()
@@ -435,6 +460,8 @@ class Tracker:
             return
         self._closed = True
         try:
+            if self._deferred:  # nothing was written: the journal keeps the last complete parts
+                return
             this = self.directory
             self._run.finish(exit_code=1)
             if this is not None:
@@ -443,11 +470,7 @@ class Tracker:
             self._release()
 
     def _write_journal(self) -> None:
-        from empriv.io import atomic_path
-
-        path = _journal_dir(self._root) / f"{self._rid}.json"
-        with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(self._journal, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+        _dump_journal(self._root, self._rid, self._journal)
 
     def _release(self) -> None:
         if self._lock is not None:
@@ -504,8 +527,7 @@ def open_run(*, project: str, group: str, name: str, section: str, mode: str, sc
         raise ValueError(f"W&B mode must be offline, online or disabled, got {mode!r}")
     if mode == "disabled":
         return Tracker(section=section, scrub=scrub)
-    os.environ.setdefault("WANDB_SILENT", "true")
-    import wandb
+    deferred = mode == "offline" and os.environ.get("EMPRIV_WANDB_LIVE", "") not in ("1", "true", "yes")
 
     root = Path(root).resolve() if root is not None else tracking_root()
     rid = run_id(project, group, name)
@@ -519,17 +541,19 @@ def open_run(*, project: str, group: str, name: str, section: str, mode: str, sc
         others = {s: p for s, p in journal["sections"].items() if s != section}
         own_config = numeric(scrub(dict(config or {})))
         own_tags = list(dict.fromkeys(scrub(list(tags))))
+        if deferred:
+            tracker = Tracker(section=section, scrub=scrub, root=root, rid=rid, journal=journal, lock=lock,
+                              deferred=True)
+            tracker._part["config"].update(own_config)
+            tracker._part["tags"].extend(own_tags)
+            return tracker
+        os.environ.setdefault("WANDB_SILENT", "true")
+        import wandb
+
         all_config = {**_merged(others, "config"), **own_config}
         all_tags = list(dict.fromkeys([t for s in _ordered(others) for t in others[s].get("tags", [])] + own_tags))
-        settings = wandb.Settings(
-            mode=mode, disable_git=True, save_code=False, console="off", silent=True, allow_val_change=True,
-            x_disable_stats=True, x_disable_meta=True, x_disable_machine_info=True, x_save_requirements=False,
-        )
-        (root / "wandb").mkdir(parents=True, exist_ok=True)
-        run = wandb.init(
-            project=project, name=name, group=group, job_type=job_type, id=rid, resume="allow",
-            config=scrub(all_config), tags=all_tags, dir=str(root), settings=settings, reinit="finish_previous",
-        )
+        run = _init(wandb, root, mode=mode, project=project, name=name, group=group, job_type=job_type, rid=rid,
+                    config=scrub(all_config), tags=all_tags)
         resumed = bool(run.resumed)
         first = int(run.starting_step or 0) if resumed else 0
         for s in _ordered(others):
@@ -548,6 +572,99 @@ def open_run(*, project: str, group: str, name: str, section: str, mode: str, sc
     except BaseException:
         lock.__exit__(None, None, None)
         raise
+
+
+def _init(wandb, root: Path, *, mode: str, project: str, name: str, group: str, job_type: str, rid: str,
+          config: dict, tags: list[str]):
+    settings = wandb.Settings(
+        mode=mode, disable_git=True, save_code=False, console="off", silent=True, allow_val_change=True,
+        x_disable_stats=True, x_disable_meta=True, x_disable_machine_info=True, x_save_requirements=False,
+    )
+    (root / "wandb").mkdir(parents=True, exist_ok=True)
+    return wandb.init(project=project, name=name, group=group, job_type=job_type, id=rid, resume="allow",
+                      config=config, tags=tags, dir=str(root), settings=settings, reinit="finish_previous")
+
+
+def _journal_digest(journal: dict) -> str:
+    """What an offline copy is written from: the run's identity and its sections."""
+    keep = {k: journal.get(k) for k in ("project", "group", "name", "job_type", "run_id", "sections")}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True, allow_nan=False).encode()).hexdigest()
+
+
+def write_offline_runs(root: str | Path | None = None, *, force: bool = False) -> list[str]:
+    """Write, as complete offline W&B runs, every journal under ``<root>/wandb`` whose offline copy is missing or
+    older than the journal (``force``: all of them); in one process, so W&B starts once. Each run is written
+    whole — config and tags of all its sections, their history rows in the order train, audit, score,
+    analysis, their tables and figures, the merged summary — and its older local copies are deleted.
+    Returns the ids written. ``root`` defaults to :func:`tracking_root`."""
+    import time
+
+    root = Path(root).resolve() if root is not None else tracking_root()
+    jdir = _journal_dir(root)
+    if not jdir.is_dir():
+        return []
+    start, written = time.monotonic(), []
+    for path in sorted(jdir.glob("*.json")):
+        rid = path.stem
+        with _locked(jdir / f"{rid}.lock"):
+            journal = read_journal(root, rid)
+            if not journal.get("sections") or not journal.get("name"):
+                continue
+            digest = _journal_digest(journal)
+            if not force and journal.get("written") == digest and local_copies(root, rid):
+                continue
+            _write_whole_run(root, journal)
+            journal["written"] = digest
+            _dump_journal(root, rid, journal)
+            written.append(rid)
+    if written:
+        log.info("W&B: wrote %d offline run(s) to %s in %.1f s (upload with: wandb sync --sync-all %s)",
+                 len(written), root / "wandb", time.monotonic() - start, root / "wandb")
+    return written
+
+
+def _write_whole_run(root: Path, journal: dict) -> None:
+    os.environ.setdefault("WANDB_SILENT", "true")
+    import wandb
+
+    rid, sections = journal["run_id"], journal["sections"]
+    order = _ordered(sections)
+    tags = list(dict.fromkeys(t for s in order for t in sections[s].get("tags", [])))
+    run = _init(wandb, root, mode="offline", project=journal["project"], name=journal["name"],
+                group=journal["group"], job_type=journal.get("job_type", CONFIGURATION_JOB), rid=rid,
+                config=_merged(sections, "config"), tags=tags)
+    try:
+        for s in order:
+            for pattern, step_key in (sections[s].get("axes") or {}).items():
+                _define_axis(run, pattern, step_key)
+        step = 0
+        for s in order:
+            for row in sections[s].get("rows", []):
+                run.log(row, step=step)
+                step += 1
+        media = {}
+        for s in order:
+            media.update(_media(sections[s]))
+        if media:
+            run.log(media, step=step)
+        for k, v in _merged(sections, "summary").items():
+            run.summary[k] = v
+        this = Path(run.dir).parent
+    except BaseException:
+        run.finish(exit_code=1)
+        raise
+    run.finish()
+    for old in local_copies(root, rid):
+        if old.resolve() != this.resolve():
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _dump_journal(root: Path, rid: str, journal: dict) -> None:
+    from empriv.io import atomic_path
+
+    path = _journal_dir(root) / f"{rid}.json"
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(journal, indent=1, allow_nan=False) + "\n", encoding="utf-8")
 
 
 def open_configuration_run(params, run, *, section: str, scrub: SecretScrubber, method: str | None = None,
@@ -587,5 +704,5 @@ __all__ = [
     "ANALYSIS_JOB", "CONFIGURATION_JOB", "JOURNAL_DIR", "MAX_EPSILON_POINTS", "REDACTED", "SECTIONS",
     "SecretScrubber", "Tracker", "configuration_config", "epsilon_checkpoints", "epsilon_tags", "local_copies",
     "numeric", "open_configuration_run", "open_run", "open_summary_run", "project_root", "read_journal",
-    "run_id", "study_group", "tracking_root",
+    "run_id", "study_group", "tracking_root", "write_offline_runs",
 ]
