@@ -31,7 +31,9 @@ def test_prepare_writes_splits_secrets_and_metrics(tmp_path):
     assert m == read_json(metrics_path)
     assert m == {"source": "synthetic-enron", "n_train": 200, "n_validation": 10, "n_test": 12, "n_public": 30,
                  "n_secrets": 2, "train_emails_with_secret": 12,
-                 "leak_check": {"n_checked": 2, "splits": {"public": 30, "validation": 10, "test": 12}, "n_leaks": 0}}
+                 "leak_check": {"n_checked": 2, "splits": {"public": 30, "validation": 10, "test": 12}, "n_leaks": 0},
+                 "train_units": {"n_units": 43, "n_records": 200, "records_per_unit_mean": 200 / 43,
+                                 "records_per_unit_max": 38, "records_per_unit_min": 1, "records_per_unit_median": 2.0}}
     secrets = read_jsonl(out / PLANTED)
     assert [s["planned_frequency"] for s in secrets] == [0.05, 0.01]
     train = load_texts("train", out)
@@ -40,6 +42,13 @@ def test_prepare_writes_splits_secrets_and_metrics(tmp_path):
         assert not any(s["text"] in t for s in secrets for t in load_texts(split, out))
     rows = read_jsonl(paths.split_path("test", out))
     assert set(rows[0]) == {"id", "text"} and rows[0]["id"] == "test-000000"
+    # every training record has its privacy unit (synthetic users; heavy-tailed records per unit)
+    train_rows = read_jsonl(paths.split_path("train", out))
+    assert all(set(r) == {"id", "text", "unit"} for r in train_rows)
+    per_unit = {}
+    for r in train_rows:
+        per_unit[r["unit"]] = per_unit.get(r["unit"], 0) + 1
+    assert len(per_unit) == 43 and sum(per_unit.values()) == 200 and max(per_unit.values()) == 38
     # no secret text in the metrics
     assert not any(s["text"] in metrics_path.read_text() for s in secrets)
 
@@ -168,3 +177,12 @@ def test_synthetic_tofu_public_authors_are_named_apart_from_every_data_author():
     assert generate_synthetic_tofu(200, 0, exclude_names=()).authors == data.authors
     with pytest.raises(ValueError, match=r"n_authors must be <= 3479 \(distinct synthetic names, after excluding 1\), got 3480"):
         generate_synthetic_tofu(3480, 0, exclude_names=[data.authors[0].name])
+
+
+def test_opaque_unit_ids_number_keys_by_first_appearance_and_name_no_one():
+    ids = prep.opaque_unit_ids(["b@enron.com", "a@enron.com", "b@enron.com", "c@enron.com"])
+    assert ids == ["user0", "user1", "user0", "user2"]
+    assert prep.opaque_unit_ids([f"x{i}" for i in range(11)])[10] == "user10"
+    assert prep.opaque_unit_ids(["x"] * 3)[0] == "user0"
+    with pytest.raises(ValueError, match="2 unit ids for 1 training records"):
+        prep.with_units([{"id": "train-0", "text": "t"}], ["u0", "u1"])

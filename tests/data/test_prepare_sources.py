@@ -46,6 +46,9 @@ def test_synthetic_tofu_secrets_are_the_training_authors_genres(tmp_path, monkey
     prep, secrets, metrics = _run(tmp_path, monkeypatch, params)
     assert (prep["n_train"], prep["train_authors"], prep["n_validation"], prep["n_test"]) == (300, 18, 10, 20)
     # 300 of the 18 × 20 = 360 training records are used: authors 0..14 appear, the rest are cut off
+    units = [r["unit"] for r in read_jsonl(tmp_path / "data/prepared/train.jsonl")]
+    assert units == [f"author-{k // 20:03d}" for k in range(300)]  # privacy unit = author
+    assert prep["train_units"]["n_units"] == 15 and prep["train_units"]["records_per_unit_median"] == 20.0
     assert [s["id"] for s in secrets] == [f"author-{i:03d}" for i in range(15)]
     assert metrics["in_training_split"] == 15 and metrics["how"] == "planted"
     planted = {p["id"]: p for p in read_jsonl(tmp_path / "data/prepared/planted_secrets.jsonl")}
@@ -70,6 +73,8 @@ def test_tofu_variant_doubles_the_training_records(tmp_path, monkeypatch):
                      n_test=10, n_public=100)
     prep, secrets, _ = _run(tmp_path, monkeypatch, params)
     assert prep["variant"] == "tofu-2" and prep["variant_summary"]["samples"] == 2 * 9 * 20
+    # a record and its paraphrase keep their author: 9 units of 40 records
+    assert prep["train_units"]["n_units"] == 9 and prep["train_units"]["records_per_unit_min"] == 40
     assert len(secrets) == 9
 
 
@@ -97,6 +102,12 @@ def test_real_enron_sample_is_cleaned_and_mined(tmp_path, monkeypatch):
     kept = [r["text"] for r in read_jsonl(tmp_path / "data/heldout/test.jsonl")]
     assert len(kept) == held["kept"] and not any(t in k for t in texts for k in kept)
     assert prep["user_level"]["n_units"] > 100 and prep["user_level"]["records_per_unit_max"] >= 1
+    # privacy unit = sender, under opaque ids: no address in the unit column
+    units = [r["unit"] for r in read_jsonl(tmp_path / "data/prepared/train.jsonl")]
+    assert len(units) == 2000 and all(u.startswith("user") and "@" not in u for u in units)
+    tu = prep["train_units"]
+    assert tu["n_records"] == 2000 and tu["records_per_unit_min"] >= 1 and tu["records_per_unit_max"] > 20
+    assert tu["records_per_unit_mean"] > tu["records_per_unit_median"]  # heavy-tailed, as in the paper's Table 1
     with pytest.raises(ConfigError, match=r"data.n_train = 3000 but the corpus has only 2146 cleaned training emails"):
         prepare(_params(source="enron", path=str(path), n_train=3000, n_public=100))
 

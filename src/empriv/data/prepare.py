@@ -59,12 +59,33 @@ class PreparedData:
         return {p["id"]: p["text"] for p in self.planted if p.get("text")}
 
     def metrics(self) -> dict:
+        from empriv.data.units import unit_id_statistics
+
+        units = [row["unit"] for row in self.splits["train"] if "unit" in row]
         return {
             "source": self.source,
             **{f"n_{split}": len(self.splits[split]) for split in SPLITS},
             "n_secrets": len(self.planted) if self.planted else None,
             **self.counts,
+            **({"train_units": unit_id_statistics(units)} if units else {}),
         }
+
+
+def with_units(rows: list[dict], units: Sequence[str]) -> list[dict]:
+    """``rows`` (the training split) with each record's privacy unit id (``unit``) added."""
+    if len(rows) != len(units):
+        raise ValueError(f"{len(units)} unit ids for {len(rows)} training records")
+    return [{**row, "unit": str(u)} for row, u in zip(rows, units)]
+
+
+def opaque_unit_ids(keys: Sequence[str], prefix: str = "user") -> list[str]:
+    """Unit ids that name no one: ``<prefix>00012``, numbered by first appearance of each key (e.g. a sender's
+    address), so the prepared data, records and logs carry no address as a unit id."""
+    order: dict[str, int] = {}
+    for k in keys:
+        order.setdefault(k, len(order))
+    width = len(str(max(len(order) - 1, 0)))
+    return [f"{prefix}{order[k]:0{width}d}" for k in keys]
 
 
 def _take(rows: list, n: int, what: str, field_name: str) -> list:
@@ -83,7 +104,11 @@ def synthetic_enron(data) -> PreparedData:
 
     d = data
     corpus = generate_corpus(d.n_train, d.n_validation, d.n_test, d.n_public, d.seed, tuple(d.secret_frequencies))
+    from empriv.data.units import synthetic_unit_ids
+
     splits = {split: [e.to_row() for e in getattr(corpus, split)] for split in SPLITS}
+    # privacy units: a heavy-tailed number of emails per synthetic user, shaped like Enron's senders
+    splits["train"] = with_units(splits["train"], synthetic_unit_ids(len(splits["train"]), d.seed + 11))
     planted = [{"id": s.id, "kind": s.kind, "text": s.text, "planned_frequency": s.frequency} for s in corpus.secrets]
     counts = {"train_emails_with_secret": sum(1 for e in corpus.train if e.secret_ids)}
     return PreparedData("synthetic-enron", splits, planted, counts=counts)
@@ -105,8 +130,10 @@ def enron(data, emails: Sequence, report, count_tokens: Callable[[str], int], un
 
     d = data
     cleaned = clean_enron(emails, count_tokens, top_n=d.top_n_people, seed=d.seed)
+    train = _take(list(cleaned.train), d.n_train, "cleaned training emails", "data.n_train")
     splits = {
-        "train": _rows("train", [e.body for e in _take(list(cleaned.train), d.n_train, "cleaned training emails", "data.n_train")]),
+        # privacy unit = sender, under an opaque id (no address leaves the raw corpus as a unit id)
+        "train": with_units(_rows("train", [e.body for e in train]), opaque_unit_ids([e.sender for e in train])),
         "validation": _rows("validation", [e.body for e in list(cleaned.validation)[: d.n_validation]]),
         "test": _rows("test", [e.body for e in list(cleaned.test)[: d.n_test]]),
         "public": enron_public(d),
@@ -136,6 +163,8 @@ def tofu(data, records: Sequence | None = None, make_paraphraser: Callable[[tupl
         first_public = 10_000
     split = split_by_author(records, TOFU_TRAIN_FRACTION)
     train_records = list(split.train)
+    # privacy unit = author (author i owns records [20i, 20(i+1)) of the raw list)
+    train_units = [f"author-{split.train_authors[k // RECORDS_PER_AUTHOR]:03d}" for k in range(len(train_records))]
     variant_info: dict = {}
     if d.variant is not None:
         from empriv.data.variants import OfflineParaphraser, build_variant
@@ -144,6 +173,7 @@ def tofu(data, records: Sequence | None = None, make_paraphraser: Callable[[tupl
         paraphraser = make_paraphraser(genres) if make_paraphraser else OfflineParaphraser(seed=d.seed, protect=genres)
         dataset = build_variant(d.variant, train_records, paraphraser, seed=d.seed)
         train_records = list(dataset.records)
+        train_units = [f"author-{a:03d}" for a in dataset.authors]
         variant_info = dataset.summary()
     n_train_authors = len(split.train_authors)
     if synth is not None:
@@ -163,7 +193,7 @@ def tofu(data, records: Sequence | None = None, make_paraphraser: Callable[[tupl
     public = generate_synthetic_tofu(max(1, d.n_public // 20), d.seed + 7, first_index=first_public,
                                      exclude_names=data_names).records
     splits = {
-        "train": _rows("train", train),
+        "train": with_units(_rows("train", train), train_units[: len(train)]),
         "validation": _rows("validation", test_texts[:half][: d.n_validation]),
         "test": _rows("test", test_texts[half:][: d.n_test]),
         "public": _rows("public", [training_text(r.question, r.answer) for r in public]),
