@@ -110,8 +110,10 @@ def test_privacy_and_data_know_nothing_of_training_or_scoring():
         if name.startswith(("empriv.privacy", "empriv.data", "empriv.config")):
             deps = ic.closure(name)
             assert not {m for m in deps if m.startswith(("empriv.train", "empriv.score", "empriv.audit"))}, name
-    assert not any(m.startswith("empriv.") and m not in ("empriv.config",) and not m.startswith("empriv.data")
+    leaves = ("empriv.config", "empriv.privacy_unit")  # privacy_unit: the unit-spec grammar, pure Python
+    assert not any(m.startswith("empriv.") and m not in leaves and not m.startswith("empriv.data")
                    for m in ic.direct_imports("empriv.config")), "config is the bottom layer"
+    assert not any(m.startswith("empriv.") for m in ic.direct_imports("empriv.privacy_unit")), "privacy_unit is a leaf"
 
 
 def test_the_inputs_fingerprint_changes_exactly_when_the_file_does(tmp_path):

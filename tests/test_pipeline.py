@@ -51,6 +51,9 @@ def write_params(work: Path, overrides: dict) -> None:
     params = default_params()
     for section, values in overrides.items():
         params[section] = {**params.get(section, {}), **values}
+    for cube in (params.get("cube"), params["audit"].get("cube")):  # the unit axis: record-level unless given
+        if isinstance(cube, dict):
+            cube.setdefault("unit", ["record"])
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
@@ -122,9 +125,9 @@ def test_every_stage_ran_and_wrote_its_outputs(repo):
                 "dvc.lock"):
         assert (work / rel).is_file(), rel
     for name in _names():
-        assert (work / "models/runs" / name / "model.safetensors").is_file()
-        assert (work / "records/train" / f"{name}.json").is_file()
-        assert (work / "records/score" / f"{name}.json").is_file()
+        assert (work / "models/runs/record" / name / "model.safetensors").is_file()
+        assert (work / "records/train/record" / f"{name}.json").is_file()
+        assert (work / "records/score/record" / f"{name}.json").is_file()
 
 
 def test_prepare_and_secrets_metrics(repo):
@@ -147,7 +150,7 @@ def test_prepare_and_secrets_metrics(repo):
 def test_train_metrics_record_the_guarantee(repo):
     work, _, _ = repo
     for name in _names():
-        m = json.loads((work / "records/train" / f"{name}.json").read_text())
+        m = json.loads((work / "records/train/record" / f"{name}.json").read_text())
         assert m["steps"] == 3 and len(m["loss_curve"]) == 3
         assert m["sampler"] == "poisson"
         assert m["delta"] == pytest.approx(400 ** -1.1)
@@ -160,7 +163,7 @@ def test_train_metrics_record_the_guarantee(repo):
         else:
             assert m["noise_multiplier"] == 0 and m["epsilon_prv"] == "inf"
     # Same ε, b, T → same σ across seeds; a different seed trains a different model.
-    a, b = (json.loads((work / "records/train" / f"eps8-b32-T3-lr0.01-s{s}.json").read_text()) for s in (0, 1))
+    a, b = (json.loads((work / "records/train/record" / f"eps8-b32-T3-lr0.01-s{s}.json").read_text()) for s in (0, 1))
     assert a["noise_multiplier"] == b["noise_multiplier"]
     assert a["loss_curve"] != b["loss_curve"]
 
@@ -169,7 +172,7 @@ def test_score_and_summary(repo):
     work, _, _ = repo
     n_secrets = len(_secrets(work))
     for name in _names():
-        m = json.loads((work / "records/score" / f"{name}.json").read_text())
+        m = json.loads((work / "records/score/record" / f"{name}.json").read_text())
         assert len(m["per_secret"]) == n_secrets
         assert 0.0 <= m["vmr_mean"] <= m["vmr_worst"] <= 1.0
         assert m["test_nll"] > 0 and math.isfinite(m["exposure_gap_mean"])
@@ -202,7 +205,7 @@ def test_score_and_summary(repo):
     assert summary["n_runs"] == 4 and {"eps8", "epsinf"} <= set(summary)
     assert summary["eps8"]["epsilon"] == 8.0 and "epsilon" not in summary["epsinf"]
     assert summary["eps8"]["test_nll"]["n"] == 1 and summary["eps8"]["n_runs"] == 2
-    means = [json.loads((work / "records/score" / f"{n}.json").read_text())["test_nll"] for n in _names() if "eps8" in n]
+    means = [json.loads((work / "records/score/record" / f"{n}.json").read_text())["test_nll"] for n in _names() if "eps8" in n]
     assert summary["eps8"]["test_nll"]["mean"] == pytest.approx(sum(means) / len(means))
     assert summary["base_test_nll"] == json.loads((work / "records/base.json").read_text())["test_nll"]
     configs = json.loads((work / "metrics/configs.json").read_text())
@@ -341,7 +344,7 @@ def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(r
     monkeypatch.setenv("WANDB_MODE", "disabled")
     params = load_params("params.yaml")
     run = params.runs()[0]
-    model_dir, metrics_file = work / "models/runs" / run.name, work / "records/train" / f"{run.name}.json"
+    model_dir, metrics_file = work / "models/runs" / run.file_stem, work / "records/train" / f"{run.file_stem}.json"
 
     def digest() -> dict:
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in [*model_dir.iterdir(), metrics_file]}
@@ -356,7 +359,7 @@ def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(r
     with pytest.raises(OSError, match="disk full"):
         train_stage.main(params, run)
     assert digest() == before
-    leftovers = [p.name for d in (work / "models/runs", work / "records/train") for p in d.iterdir() if p.name.endswith(".tmp")]
+    leftovers = [p.name for d in (work / "models/runs/record", work / "records/train/record") for p in d.iterdir() if p.name.endswith(".tmp")]
     assert leftovers == []
 
 
@@ -416,7 +419,7 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
             assert m["audit_eps_lb_95"] <= 8.0 and 7.9 <= m["train"]["epsilon_prv"] <= 8.0
     # the main cube's runs saw no canary
     for name in _names():
-        assert json.loads((work / "records/train" / f"{name}.json").read_text())["n"] == 400
+        assert json.loads((work / "records/train/record" / f"{name}.json").read_text())["n"] == 400
     inf = json.loads((work / "records/audit/epsinf-b32-T12-lr0.05-s0.json").read_text())
     # 12 non-private steps at q = 32/(400 + ~60) include a member canary at least once with probability ~0.58,
     # so an AUC up to ~0.79 is reachable; only trained-on canaries can be told apart (their new-token rows moved)
@@ -525,22 +528,22 @@ def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_p
     for secret in _secrets(work):
         assert secret["token_length"] == len(gpt2.encode(secret["text"]))
     run = "eps8-b32-T2-lr0.01-s0"
-    train = json.loads((work / f"records/train/{run}.json").read_text())
+    train = json.loads((work / f"records/train/record/{run}.json").read_text())
     assert train["method"] == "lora" and train["random_streams"]["key"].startswith("purpose=train|method=lora|")
-    score = json.loads((work / f"records/score/{run}.json").read_text())
+    score = json.loads((work / f"records/score/record/{run}.json").read_text())
     assert math.isfinite(score["test_nll"]) and score["n_secrets"] == len(_secrets(work))
     audit = "eps8-b32-T2-lr0.05-s0"
     assert json.loads((work / f"records/audit/{audit}.json").read_text())["audit_n_canaries"] == 120
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    for d in (work / "models/base", work / "models/runs" / run, work / "models/audit" / audit):
+    for d in (work / "models/base", work / "models/runs/record" / run, work / "models/audit" / audit):
         tok = AutoTokenizer.from_pretrained(str(d))
         assert len(tok) == gpt2.vocab_size and tok.eos_token_id == 50256
         assert tok("Hello world", add_special_tokens=False).input_ids == [15496, 995]
     from peft import AutoPeftModelForCausalLM
 
-    lora = AutoPeftModelForCausalLM.from_pretrained(str(work / "models/runs" / run))
+    lora = AutoPeftModelForCausalLM.from_pretrained(str(work / "models/runs/record" / run))
     assert any("lora_A" in n for n, _ in lora.named_parameters())
     assert AutoModelForCausalLM.from_pretrained(str(work / "models/base")).config.vocab_size == gpt2.vocab_size
     assert AutoModelForCausalLM.from_pretrained(str(work / "models/audit" / audit)).config.vocab_size > gpt2.vocab_size  # + new-token canaries

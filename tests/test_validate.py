@@ -266,8 +266,10 @@ def test_known_score_names_are_what_scoring_and_the_run_table_produce(tmp_path, 
     metrics = score_model(params, run, model, base, tok, secrets, [e.text for e in corpus.test[:4]])
     (tmp_path / "score").mkdir()
     (tmp_path / "train").mkdir()
-    (tmp_path / "score" / f"{run.name}.json").write_text(json.dumps(metrics))
-    (tmp_path / "train" / f"{run.name}.json").write_text(json.dumps({k: 1.0 for k in TRAIN_COLUMNS}))
+    for d in ("score", "train"):
+        (tmp_path / d / "record").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "score" / f"{run.file_stem}.json").write_text(json.dumps(metrics))
+    (tmp_path / "train" / f"{run.file_stem}.json").write_text(json.dumps({k: 1.0 for k in TRAIN_COLUMNS}))
     table = run_table(params, tmp_path / "train", tmp_path / "score", tmp_path / "audit")
     described = {"config", "group", "epsilon", "batch_size", "steps", "learning_rate", "seed", "compute", "update",
                  *TRAIN_COLUMNS}
@@ -298,7 +300,7 @@ def _small_project(work: Path) -> None:
         if (ROOT / rel).is_file():
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, work / rel)
-    for rel in ("models/base/model.safetensors", "models/runs/eps2-b8-T1-lr0.01-s0/model.safetensors",
+    for rel in ("models/base/model.safetensors", "models/runs/record/eps2-b8-T1-lr0.01-s0/model.safetensors",
                 "data/prepared/train.jsonl", "data/secrets.jsonl", ".empriv/params.ok"):
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         (work / rel).write_bytes(b"valid\n" if rel.endswith(".ok") else os.urandom(64))
@@ -387,6 +389,7 @@ MATRIX_DVC = """stages:
       steps: ${cube.steps}
       learning_rate: ${cube.learning_rate}
       seed: ${cube.seed}
+      unit: ${cube.unit}
     cmd: >-
       echo --name eps${item.epsilon}-b${item.batch_size}-T${item.steps}-lr${item.learning_rate}-s${item.seed}
 """
@@ -398,8 +401,15 @@ def test_dvc_matrix_spellings_must_match_run_names(tmp_path):
     (tmp_path / "dvc.yaml").write_text(MATRIX_DVC)
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text("data:\n  n_train: 100\ncube:\n  epsilon: [2, 4.0, .inf]\n  batch_size: [8]\n  steps: [1]\n"
-                    "  learning_rate: [0.01, 1e-3]\n  seed: [0]\n")
-    assert len(validate_project(good, tmp_path / "dvc.yaml").runs()) == 6
+                    "  learning_rate: [0.01, 1e-3]\n  seed: [0]\n  unit: [record, userwise-k5-chunk]\n")
+    assert len(validate_project(good, tmp_path / "dvc.yaml").runs()) == 12
+    # a params file written before the unit axis: one line saying what to add
+    old = tmp_path / "old.yaml"
+    old.write_text(good.read_text().replace("  unit: [record, userwise-k5-chunk]\n", ""))
+    with pytest.raises(ConfigError) as info:
+        validate_project(old, tmp_path / "dvc.yaml")
+    assert info.value.lines == ["cube.unit: missing from the params file, and dvc.yaml's stages.train.matrix needs it "
+                                "(allowed: a list, e.g. unit: [record] under cube)"]
     bad.write_text(good.read_text().replace("[2, 4.0, .inf]", "[2, Infinity]"))
     with pytest.raises(ConfigError) as info:
         validate_project(bad, tmp_path / "dvc.yaml")

@@ -297,6 +297,11 @@ class PrivacyParams(_Section):
     delta: float | None = None
     delta_exponent: float = Field(1.1, gt=0)
     accountant: Literal["prv", "rdp", "pld"] = "prv"
+    # user-level units (cube.unit; empriv/privacy_unit.py): Group Privacy's accounting — tight (mixture-of-Gaussians
+    # PLD, the research's) or naive (group-privacy conversion of a record-level guarantee) — and whether a unit with
+    # fewer than k records is resampled with replacement (the research) or is an error.
+    group_accounting: Literal["tight", "naive"] = "tight"
+    user_resample: bool = True
 
     @field_validator("delta")
     @classmethod
@@ -342,6 +347,19 @@ class CubeParams(_Section):
     steps: list[int]
     learning_rate: list[int | float]
     seed: list[int]
+    unit: list[str] = ["record"]  # privacy units (empriv/privacy_unit.py): record, group-k5-longest, userwise-k10-chunk
+
+    @field_validator("unit")
+    @classmethod
+    def _units(cls, v: list[str]) -> list[str]:
+        from empriv.privacy_unit import ALLOWED, parse_unit
+
+        for i, x in enumerate(v):
+            try:
+                parse_unit(x)
+            except ValueError as err:
+                raise ParamError(str(err).split(" (")[0], x, ALLOWED, index=i) from None
+        return v
 
     @field_validator("epsilon", mode="before")
     @classmethod
@@ -364,7 +382,7 @@ class CubeParams(_Section):
                 raise ParamError("must be > 0", x, "a finite number > 0", index=i)
         return v
 
-    @field_validator("epsilon", "batch_size", "steps", "learning_rate", "seed")
+    @field_validator("epsilon", "batch_size", "steps", "learning_rate", "seed", "unit")
     @classmethod
     def _nonempty_unique(cls, v: list) -> list:
         if not v:
@@ -568,6 +586,10 @@ class Params(_Section):
                              key="canaries.prefix_length")
         # audit.cube.batch_size <= data.n_train is checked by the audit run itself (as train@ does), so a
         # small data set that never audits is not rejected for the default audit cube.
+        for i, u in enumerate(a.cube.unit):
+            if u != "record":
+                raise ParamError("audits at the user level are not wired into the audit stage yet", u, "record",
+                                 key=f"audit.cube.unit[{i}]")
         return self
 
     def audit_runs(self) -> list["RunConfig"]:
@@ -582,7 +604,8 @@ class Params(_Section):
 
     def runs(self) -> list["RunConfig"]:
         c = self.cube
-        return [RunConfig(e, b, t, lr, s) for e, b, t, lr, s in product(c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed)]
+        return [RunConfig(e, b, t, lr, s, u) for e, b, t, lr, s, u
+                in product(c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed, c.unit)]
 
 
 def format_number(x: float | int) -> str:
@@ -595,26 +618,48 @@ def format_number(x: float | int) -> str:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One point of the cube: (ε, b, T, η, seed)."""
+    """One point of the cube: (ε, b, T, η, seed) and the privacy unit (``record`` unless user-level).
+
+    For a user-level unit, b is the expected number of *records* per step over the bounded set (Group Privacy:
+    q = b / (units · k)) or of *units* per step (User-wise DP-SGD: q = b / units)."""
 
     epsilon: float
     batch_size: int
     steps: int
     learning_rate: float
     seed: int
+    unit: str = "record"
 
     @property
     def private(self) -> bool:
         return math.isfinite(self.epsilon)
 
     @property
-    def name(self) -> str:
+    def privacy_unit(self):
+        """The parsed unit (:class:`empriv.privacy_unit.PrivacyUnit`)."""
+        from empriv.privacy_unit import parse_unit
+
+        return parse_unit(self.unit)
+
+    @property
+    def point_name(self) -> str:
+        """``eps…-b…-T…-lr…-s…``: the name without the unit (file names under ``<dir>/<unit>/``)."""
         return config_name(self.epsilon, self.batch_size, self.steps, self.learning_rate, self.seed)
+
+    @property
+    def name(self) -> str:
+        """The configuration's name: the point name, plus ``-<unit>`` for a user-level unit."""
+        return self.point_name + self.privacy_unit.suffix
+
+    @property
+    def file_stem(self) -> str:
+        """Where the run's files live below a per-run directory: ``<unit>/<point name>`` (as dvc.yaml builds it)."""
+        return f"{self.unit}/{self.point_name}"
 
     @property
     def group(self) -> str:
         """The configuration without its seed (runs that differ only by seed share a group)."""
-        return self.name.rsplit("-s", 1)[0]
+        return self.point_name.rsplit("-s", 1)[0] + self.privacy_unit.suffix
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -623,6 +668,7 @@ class RunConfig:
             "steps": self.steps,
             "learning_rate": self.learning_rate,
             "seed": self.seed,
+            **({"unit": self.unit} if self.unit != "record" else {}),
         }
 
 
@@ -840,13 +886,15 @@ def run_from_args(params: Params, args, *, audit: bool = False) -> RunConfig:
         epsilon = parse_epsilon(args.epsilon, text=True)
     except ParamError as err:
         raise ConfigError(f"--epsilon: {err.text()}") from None
-    wanted = RunConfig(epsilon, int(args.batch_size), int(args.steps), float(args.learning_rate), int(args.seed))
+    unit = getattr(args, "unit", None) or "record"
+    wanted = RunConfig(epsilon, int(args.batch_size), int(args.steps), float(args.learning_rate), int(args.seed), unit)
     runs = params.audit_runs() if audit else params.runs()
     matches = [r for r in runs if r == wanted]  # 2 == 2.0: compare values, then take the cube's own run
     if not matches:
         given = f"eps{args.epsilon}-b{args.batch_size}-T{args.steps}-lr{args.learning_rate}-s{args.seed}"
+        given += "" if unit == "record" else f" (unit {unit})"
         raise ConfigError(f"configuration {given} is not in params.yaml's {'audit.cube' if audit else 'cube'}")
     run = matches[0]
-    if args.name != run.name:
+    if args.name not in (run.name, run.point_name):
         raise ConfigError(f"--name {args.name!r} does not match the configuration's name {run.name!r}")
     return run

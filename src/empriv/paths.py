@@ -76,16 +76,17 @@ def split_path(split: str, root: Path = PREPARED_DIR) -> Path:
     return Path(root) / f"{split}.jsonl"
 
 
-def run_dir(name: str) -> Path:
-    return RUNS_DIR / name
+def run_dir(stem: str) -> Path:
+    """A cube run's model directory; ``stem`` = ``RunConfig.file_stem`` (``<unit>/<point>``)."""
+    return RUNS_DIR / stem
 
 
-def train_metrics(name: str) -> Path:
-    return TRAIN_METRICS_DIR / f"{name}.json"
+def train_metrics(stem: str) -> Path:
+    return TRAIN_METRICS_DIR / f"{stem}.json"
 
 
-def score_metrics(name: str) -> Path:
-    return SCORE_METRICS_DIR / f"{name}.json"
+def score_metrics(stem: str) -> Path:
+    return SCORE_METRICS_DIR / f"{stem}.json"
 
 
 def audit_run_dir(name: str) -> Path:

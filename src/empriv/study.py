@@ -97,10 +97,10 @@ def study_written_files(work: Path) -> set[str]:
 
 
 def cube_files(params) -> set[str]:
-    """The per-run record files of the study's cube and audit cube (``records/{train,score,audit}/<name>.json``)."""
+    """The per-run record files of the study's cube and audit cube (``records/{train,score}/<unit>/<point>.json``, ``records/audit/<name>.json``)."""
     from empriv import paths
 
-    names = {r.name for r in params.runs()}
+    names = {r.file_stem for r in params.runs()}
     audits = {r.name for r in params.audit_runs()}
     return ({(d / f"{n}.json").as_posix() for d in (paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR) for n in names}
             | {(paths.AUDIT_METRICS_DIR / f"{n}.json").as_posix() for n in audits})

@@ -25,7 +25,7 @@ def write(path, obj):
 def test_run_table_takes_every_numeric_score_and_joins_audit(tmp_path):
     p = params()
     for run in p.runs():
-        write(tmp_path / "train" / f"{run.name}.json", {"sampler": "poisson", "accountant": "prv", "delta": 1e-4,
+        write(tmp_path / "train" / f"{run.file_stem}.json", {"sampler": "poisson", "accountant": "prv", "delta": 1e-4,
                                                           "epsilon_prv": "inf" if not run.private else 7.99})
         score = {"config": run.name, "epsilon": run.epsilon if run.private else "inf", "test_nll": 1.0 + run.seed,
                  "exposure_gap_mean": 2.0, "vmr_mean": 0.0, "acr_mean": 1.5 if run.seed == 0 else None,
@@ -33,7 +33,7 @@ def test_run_table_takes_every_numeric_score_and_joins_audit(tmp_path):
                  "nested": {"x": 1}}
         if run.seed == 0 and run.private:
             score["air_max"] = 0.25  # only one run has it
-        write(tmp_path / "score" / f"{run.name}.json", score)
+        write(tmp_path / "score" / f"{run.file_stem}.json", score)
     write(tmp_path / "audit" / "eps8-b32-T3-lr0.01-s0.json",
           {"audit_eps_lb_95": 0.7, "audit_auc": 0.61, "audit_tpr_at_fpr_0.01": 0.05, "epsilon": 8})
     t = run_table(p, tmp_path / "train", tmp_path / "score", tmp_path / "audit")

@@ -65,7 +65,7 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
     score_keys: dict[str, None] = dict.fromkeys(SCORE_COLUMNS)
     audit_keys: dict[str, None] = {}
     for run in params.runs():
-        tpath, spath = Path(train_dir) / f"{run.name}.json", Path(score_dir) / f"{run.name}.json"
+        tpath, spath = Path(train_dir) / f"{run.file_stem}.json", Path(score_dir) / f"{run.file_stem}.json"
         if not (tpath.exists() and spath.exists()):
             missing.append(run.name)
             continue

@@ -17,10 +17,11 @@ ASSUMPTION_KEYS = ("config", "epsilon", "sampler", "accountant", "requested_acco
                    "method", "unnoised_outputs", "empty_batches", "mean_batch_size", "n", "threads")
 
 
-def assumptions(names: list[str], train_dir: Path) -> list[dict]:
+def assumptions(stems: list[str], train_dir: Path) -> list[dict]:
+    """The accounting assumptions of each run's training record (``stems``: ``<unit>/<point>`` of each run)."""
     out = []
-    for name in names:
-        path = Path(train_dir) / f"{name}.json"
+    for stem in stems:
+        path = Path(train_dir) / f"{stem}.json"
         if path.exists():
             m = read_json(path)
             out.append({k: m[k] for k in ASSUMPTION_KEYS if k in m})
@@ -60,7 +61,7 @@ def main(params: Params) -> dict:
         write_plot_data(analysis, configs, tmp)
         html_text = render_html(
             analysis, figures, cube=params.cube.model_dump(), params=ap.model_dump(),
-            assumptions=assumptions(table["config"].to_list(), paths.TRAIN_METRICS_DIR),
+            assumptions=assumptions([r.file_stem for r in params.runs()], paths.TRAIN_METRICS_DIR),
             run_rows=(table.columns, [list(r) for r in table.iter_rows()]),
             profile_images=sorted(profiles.glob("*.png")) if profiles.is_dir() else None)
     write_report(paths.REPORT, html_text)

@@ -22,6 +22,8 @@ def config_stage(main: Callable[[Params, RunConfig], None], description: str | N
     ap.add_argument("--steps", required=True, type=int)
     ap.add_argument("--learning-rate", required=True, type=float)
     ap.add_argument("--seed", required=True, type=int)
+    ap.add_argument("--unit", default="record", help="privacy unit (cube.unit): record, group-k<K>-<strategy>, "
+                    "userwise-k<K>-<strategy>")
     args = ap.parse_args()
 
     def with_run(params: Params) -> None:

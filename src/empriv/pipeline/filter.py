@@ -37,7 +37,7 @@ def nonprivate_models(params: Params, runs_dir: Path = paths.RUNS_DIR) -> list:
     models = []
     for run in params.runs():
         if not run.private:
-            path = Path(runs_dir) / run.name
+            path = Path(runs_dir) / run.file_stem
             if not path.exists():
                 raise FileNotFoundError(f"{path} (the non-private run {run.name} must be trained first)")
             models.append(load_finetuned(path, paths.BASE_DIR))

@@ -1,4 +1,4 @@
-"""score@<config>: utility and memorisation scores of one fine-tuned model → records/score/<config>.json."""
+"""score@<config>: utility and memorisation scores of one fine-tuned model → records/score/<unit>/<point>.json."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ def main(params: Params, run: RunConfig, model_dir=None, metrics_dir=paths.SCORE
     from empriv.score.run import score_model
 
     device = resolve_device(params.runtime.device)
-    model = load_finetuned(model_dir or paths.run_dir(run.name), paths.BASE_DIR).to(device)
+    model = load_finetuned(model_dir or paths.run_dir(run.file_stem), paths.BASE_DIR).to(device)
     secrets = read_jsonl(paths.FILTERED_SECRETS)
     test_texts = [r["text"] for r in read_jsonl(paths.HELDOUT_DIR / "test.jsonl")]
     metrics = score_model(params, run, model, load_base().to(device), load_tokenizer(), secrets, test_texts)
-    write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
+    write_json(Path(metrics_dir) / f"{run.file_stem}.json", metrics)
     track_scores(params, run, metrics, secrets)
     return metrics
 

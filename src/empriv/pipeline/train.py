@@ -1,4 +1,5 @@
-"""train@<config>: DP fine-tuning of one cube configuration → models/runs/<config>/, records/train/<config>.json."""
+"""train@<config>: DP fine-tuning of one cube configuration → models/runs/<unit>/<point>/, records/train/<unit>/<point>.json
+(``<point>`` = eps…-b…-T…-lr…-s…, ``<unit>`` = the privacy unit of cube.unit)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,9 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     ids, mask = encoded_train_split(params, tok)
     model, metrics = train_model(params, run, load_base(), ids, mask, scrub_secrets=secrets_to_scrub(),
                                  calibration_cache=calibration_cache())
-    with atomic_dir(Path(runs_dir) / run.name) as tmp:
+    with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
         save_finetuned(model, params.train.method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, base_directory=paths.BASE_DIR)
-        write_json(Path(metrics_dir) / f"{run.name}.json", metrics)
+        write_json(Path(metrics_dir) / f"{run.file_stem}.json", metrics)
     log.info("%s: σ=%.4f q=%.4f T=%d ε_prv=%s final loss %.4f in %.1f s",
              run.name, metrics["noise_multiplier"], metrics["sample_rate"], run.steps, f"{metrics['epsilon_prv']:.3f}",
              metrics["final_loss"] or math.nan, metrics["wall_time_s"])

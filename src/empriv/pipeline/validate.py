@@ -39,6 +39,10 @@ def _dvc_str(value: Any) -> str:
     return to_str(value)
 
 
+def format_list(values) -> str:
+    return "[" + ", ".join(format_number(v) for v in values) + "]"
+
+
 def _lookup(raw: dict, dotted: str) -> tuple[bool, Any]:
     node: Any = raw
     for part in dotted.split("."):
@@ -80,7 +84,13 @@ def dvc_matrix_errors(raw: dict, params: Params, dvc_yaml: str | Path = DVC_YAML
             continue
         for key, ref in refs.items():
             found, _ = _lookup(raw, ref)
-            if not found:
+            cube_field = ref.rsplit(".", 1)
+            if not found and len(cube_field) == 2 and _cube_of(params, cube_field[0]) is not None \
+                    and cube_field[1] in CubeParams.model_fields:
+                default = getattr(_cube_of(params, cube_field[0]), cube_field[1])
+                errors.append(f"{ref}: missing from the params file, and dvc.yaml's stages.{name}.matrix needs it "
+                              f"(allowed: a list, e.g. {cube_field[1]}: {format_list(default)} under {cube_field[0]})")
+            elif not found:
                 errors.append(f"{where}.{key}: names no params key (got ${{{ref}}}; allowed: a params list such as "
                               f"${{cube.{key}}})")
         if len(cube_prefixes) > 1:

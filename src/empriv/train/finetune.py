@@ -79,6 +79,8 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
     from empriv.tracking import SecretScrubber, open_configuration_run
 
     t_start = time.time()
+    if run.privacy_unit.user_level:
+        raise ConfigError(f"cube.unit {run.unit!r}: user-level training is not wired into train_model yet (issue 16)")
     n_train_param = params.data.n_train
     if run.batch_size > n_train_param:
         raise ConfigError(f"batch_size {run.batch_size} must be <= data.n_train = {n_train_param}")
