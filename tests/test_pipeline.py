@@ -266,10 +266,48 @@ def test_second_repro_is_a_no_op_and_one_cube_change_reruns_only_it(repo):
     changed = _run(["dvc", "repro"], work, env)
     ran = set(_ran_stages(changed)) - {"inputs", "validate"}
     # the filter stage re-reads the non-private models (its output is unchanged: filters are off by default)
-    assert ran == {"train@8-32-3-0.01-2", "train@inf-32-3-0.01-2", "score@8-32-3-0.01-2", "score@inf-32-3-0.01-2",
+    assert ran == {"train@8-32-3-0.01-2-record", "train@inf-32-3-0.01-2-record", "score@8-32-3-0.01-2-record",
+                   "score@inf-32-3-0.01-2-record",
                    "filter", "analyze"}
     summary = json.loads((work / "metrics/summary.json").read_text())
     assert summary["n_runs"] == 4  # the stale seed-1 files are not counted: the table follows the cube
+
+
+def test_user_level_units_train_score_and_sit_beside_record_level(repo, tmp_path):
+    """cube.unit gains Group Privacy and User-wise DP-SGD units: only their train@/score@ runs (and the record
+    scores, the analysis) run; their records carry the unit's accounting; the summary, the configurations and the
+    report show them next to the record-level runs, whose metrics keys are unchanged."""
+    work, env, _ = repo
+    ul = tmp_path / "ul"
+    shutil.copytree(work, ul, symlinks=True, ignore=shutil.ignore_patterns("wandb"))
+    units = ["record", "group-k2-random", "userwise-k2-chunk"]
+    # the tiny corpus has ~11 synthetic users: b = 8 records (Group) or units (User-wise) per step
+    write_params(ul, {**TINY, "cube": {**TINY["cube"], "seed": [0], "batch_size": [8], "unit": units}})
+    proc = _run(["dvc", "repro"], ul, env)
+    ran = set(_ran_stages(proc)) - {"inputs", "validate"}
+    assert {s for s in ran if s.startswith(("train@", "score@"))} == {
+        f"{st}@{e}-8-3-0.01-0-{u}" for st in ("train", "score") for e in ("8", "inf") for u in units}
+    assert "analyze" in ran and not any(s.startswith("audit@") for s in ran)
+    assert "record_scores" not in ran and (ul / "data/record_scores.json").is_file()  # computed once, by the first run
+    g = json.loads((ul / "records/train/group-k2-random/eps8-b8-T3-lr0.01-s0.json").read_text())
+    w = json.loads((ul / "records/train/userwise-k2-chunk/eps8-b8-T3-lr0.01-s0.json").read_text())
+    prep = json.loads((ul / "records/prepare.json").read_text())["train_units"]
+    assert g["accountant"] == "pld-mog" and g["n_bounded_records"] == 2 * prep["n_units"] == 2 * g["n_units"]
+    assert g["epsilon_user_level"] <= 8 + 1e-3 and g["epsilon_record_level_prv"] < g["epsilon_user_level"]
+    assert w["sample_rate"] == pytest.approx(8 / prep["n_units"]) and w["epsilon_user_level"] == pytest.approx(8, abs=0.05)
+    assert w["mean_records_per_step"] == pytest.approx(2 * w["mean_units_per_step"]) and w["config"].endswith("-userwise-k2-chunk")
+    assert (ul / "models/runs/userwise-k2-chunk/eps8-b8-T3-lr0.01-s0/model.safetensors").is_file()
+    summary = json.loads((ul / "metrics/summary.json").read_text())
+    assert {"eps8", "epsinf", "eps8-group-k2-random", "epsinf-userwise-k2-chunk"} <= set(summary)
+    assert summary["eps8"]["n_runs"] == 1 and summary["eps8-group-k2-random"]["n_runs"] == 1 and summary["n_runs"] == 6
+    configs = json.loads((ul / "metrics/configs.json").read_text())
+    assert {"eps8-b8-T3-lr0.01", "eps8-b8-T3-lr0.01-group-k2-random", "epsinf-b8-T3-lr0.01-userwise-k2-chunk"} <= set(configs)
+    report = (ul / "reports/report.html").read_text()
+    assert "Record- vs user-level" in report and "userwise-k2-chunk" in report
+    runs = (ul / "records/runs.csv").read_text().splitlines()
+    assert runs[0].split(",").count("unit") == 1 and sum("group-k2-random" in r for r in runs) == 2
+    status = _run(["dvc", "status", "--json"], ul, env).stdout
+    assert set(json.loads(status)) <= {"inputs"}  # nothing stale but the always-changed input hash
 
 
 def test_params_are_dependencies_key_by_key(repo):
@@ -378,12 +416,12 @@ def test_lora_fine_tuning_trains_only_adapters_under_dp_and_scores(repo, monkeyp
     run = params.runs()[0]
     assert run.private
     m = train_stage.main(params, run, runs_dir=tmp_path / "models", metrics_dir=tmp_path / "metrics")
-    saved = {p.name for p in (tmp_path / "models" / run.name).iterdir()}
+    saved = {p.name for p in (tmp_path / "models" / run.file_stem).iterdir()}
     assert {"adapter_model.safetensors", "adapter_config.json"} <= saved and "model.safetensors" not in saved
     # rank-2 adapters on c_attn (32 → 96) of one layer: A 2×32 + B 96×2 = 256 parameters
     assert m["trainable_parameters"] == 2 * 32 + 96 * 2
     assert m["method"] == "lora" and m["noise_multiplier"] > 0 and len(m["loss_curve"]) == run.steps
-    s = score_stage.main(params, run, model_dir=tmp_path / "models" / run.name, metrics_dir=tmp_path / "scores")
+    s = score_stage.main(params, run, model_dir=tmp_path / "models" / run.file_stem, metrics_dir=tmp_path / "scores")
     assert math.isfinite(s["test_nll"]) and len(s["per_secret"]) == len(_secrets(work))
 
 

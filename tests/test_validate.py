@@ -271,8 +271,8 @@ def test_known_score_names_are_what_scoring_and_the_run_table_produce(tmp_path, 
     (tmp_path / "score" / f"{run.file_stem}.json").write_text(json.dumps(metrics))
     (tmp_path / "train" / f"{run.file_stem}.json").write_text(json.dumps({k: 1.0 for k in TRAIN_COLUMNS}))
     table = run_table(params, tmp_path / "train", tmp_path / "score", tmp_path / "audit")
-    described = {"config", "group", "epsilon", "batch_size", "steps", "learning_rate", "seed", "compute", "update",
-                 *TRAIN_COLUMNS}
+    described = {"config", "group", "epsilon", "batch_size", "steps", "learning_rate", "seed", "unit", "compute",
+                 "update", *TRAIN_COLUMNS}
     assert set(table.columns) - described == set(SCORE_NAMES) | set(SCORE_COUNTS)
     assert len(set(SCORE_NAMES)) == len(SCORE_NAMES) and not set(SCORE_NAMES) & set(SCORE_COUNTS)
 

@@ -29,6 +29,7 @@ TOKENIZER_DIR = Path("models/tokenizer")
 BASE_DIR = Path("models/base")
 BASE_WEIGHTS = BASE_DIR / "model.safetensors"
 BASE_METRICS = Path("records/base.json")
+RECORD_SCORES = Path("data/record_scores.json")  # each training record's mean NLL under the initial base (perplexity strategies)
 
 # secrets, filter
 SECRETS = Path("data/secrets.jsonl")

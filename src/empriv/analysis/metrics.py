@@ -46,6 +46,26 @@ def _stats(vals: list[float]) -> dict:
             "n": len(vals)}
 
 
+def summary_metrics_by_unit(table, scores: list[str], utility: str, base_utility: float | None,
+                            main_unit: str = "record") -> dict:
+    """:func:`summary_metrics` of the ``main_unit`` runs (keys ``eps8``…, as before privacy units existed), plus for
+    every other privacy unit its per-ε entries under ``eps8-<unit>`` (record- and user-level side by side)."""
+    import polars as pl
+
+    if "unit" not in table.columns or table["unit"].n_unique() <= 1:
+        return summary_metrics(table, scores, utility, base_utility)
+    out = summary_metrics(table.filter(pl.col("unit") == main_unit), scores, utility, base_utility)
+    out["n_runs"], out["n_configs"] = table.height, table.select(["group", "epsilon"]).unique().height
+    for unit in dict.fromkeys(table["unit"].to_list()):
+        if unit == main_unit:
+            continue
+        sub = summary_metrics(table.filter(pl.col("unit") == unit), scores, utility, None)
+        for key, entry in sub.items():
+            if key.startswith("eps"):
+                out[f"{key}-{unit}"] = entry
+    return out
+
+
 def summary_metrics(table, scores: list[str], utility: str, base_utility: float | None) -> dict:
     """``metrics/summary.json``: per ε group, the configuration count and, for every score of ``scores`` present in the
     run table and for ``utility``, mean / std / worst over configuration means (seeds averaged first); the pooled ACR

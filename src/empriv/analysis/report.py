@@ -71,8 +71,11 @@ CAPTIONS = {
 
 
 def render_html(analysis: dict, figures: dict[str, Path], *, cube: dict, params: dict, assumptions: list[dict],
-                run_rows: tuple[list[str], list[list]], profile_images: list[Path] | None = None) -> str:
-    """The report as one HTML string (images inline)."""
+                run_rows: tuple[list[str], list[list]], profile_images: list[Path] | None = None,
+                units: dict | None = None) -> str:
+    """The report as one HTML string (images inline). ``units`` (a cube with several privacy units): the
+    record- vs user-level comparison table (``columns``, ``rows``), shown before the variance analysis, which
+    covers the runs of one unit."""
     from empriv.analysis.heuristics import RULES
     from empriv.analysis.regression import significance_stars
 
@@ -98,6 +101,13 @@ def render_html(analysis: dict, figures: dict[str, Path], *, cube: dict, params:
     parts.append(_table(["ε", "configurations", "kept", "applied", "base utility", "best utility", "threshold", "note"],
                         [[e, r["n_configs"], r["n_kept"], "yes" if r["applied"] else "no", r["base_utility"], r["best_utility"],
                           r["threshold"], r.get("reason") or ""] for e, r in ret.items()]))
+
+    # -- privacy units side by side
+    if units:
+        parts.append("<h2>Record- vs user-level</h2><p>Per ε and privacy unit (docs/user-level.md): configurations, "
+                     "utility (mean over configurations, seeds averaged first, and best) and the primary score. The "
+                     "analysis below covers the runs of one unit only.</p>")
+        parts.append(_table(units["columns"], units["rows"]))
 
     # -- variance
     parts.append("<h2>Empirical privacy variance</h2>")

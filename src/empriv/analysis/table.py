@@ -78,6 +78,7 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
             "steps": run.steps,
             "learning_rate": float(run.learning_rate),
             "seed": run.seed,
+            "unit": run.unit,  # the privacy unit (record, group-k5-longest, userwise-k10-chunk)
             "compute": run.batch_size * run.steps,  # C = b·T
             "update": run.batch_size * run.steps * run.learning_rate,  # U = C·η
         }
@@ -133,6 +134,8 @@ def normalize_run_table(table, source: str = "run table"):
     table = table.with_columns(pl.col("epsilon").cast(pl.Float64), pl.col("learning_rate").cast(pl.Float64))
     if "seed" not in table.columns:
         table = table.with_columns(pl.lit(0).alias("seed"))
+    if "unit" not in table.columns:
+        table = table.with_columns(pl.lit("record").alias("unit"))
     if "compute" not in table.columns:
         table = table.with_columns((pl.col("batch_size") * pl.col("steps")).alias("compute"))
     if "update" not in table.columns:

@@ -41,20 +41,34 @@ def base_utility(params: Params, path: Path) -> float | None:
 def main(params: Params) -> dict:
     from empriv.analysis.figures import make_figures, write_plot_data
     from empriv.analysis.report import render_html, write_report
-    from empriv.analysis.metrics import analysis_metrics, config_metrics, summary_metrics
+    import polars as pl
+
+    from empriv.analysis.metrics import analysis_metrics, config_metrics, summary_metrics_by_unit
     from empriv.analysis.stage import compute_analysis, format_analysis
     from empriv.analysis.table import run_table
     from empriv.analysis.variance import format_summary, summarize
 
     ap = params.analyze
-    table = run_table(params, paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR, paths.AUDIT_METRICS_DIR)
+    full = run_table(params, paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR, paths.AUDIT_METRICS_DIR)
+    # Privacy units (cube.unit): the research's analysis (variance, regression, heuristics, selection) compares
+    # hyperparameters at one guarantee, so it runs on the runs of one unit — record-level when the cube has them —
+    # and every unit gets its per-ε summary, side by side in the summary, the metrics and the report.
+    units = list(dict.fromkeys(full["unit"].to_list()))
+    main_unit = "record" if "record" in units else units[0]
+    table = full.filter(pl.col("unit") == main_unit) if len(units) > 1 else full
     scores = [s for s in ap.scores if s in table.columns] or list(ap.scores)  # absent ones: summarize says so
     summary = {"scores": scores, "per_epsilon": summarize(table, list(ap.scores)), "n_runs": table.height}
+    if len(units) > 1:
+        summary.update(unit=main_unit, n_runs_all_units=full.height,
+                       by_unit={u: summarize(full.filter(pl.col("unit") == u), list(ap.scores)) for u in units})
     base = base_utility(params, paths.BASE_METRICS)
     analysis, configs = compute_analysis(
         table, privacy_scores=list(ap.privacy_scores), utility=ap.utility,
         base_utility=base, retention_fraction=ap.retention_fraction,
         monte_carlo_trials=ap.monte_carlo_trials, seed=ap.seed)
+    if len(units) > 1:
+        analysis["notes"].append(f"privacy units {', '.join(units)}: this analysis covers the {main_unit} runs; every "
+                                 "unit's per-ε summary is in the 'Record- vs user-level' table and metrics/summary.json")
     profiles = paths.PROFILES_DIR
     with atomic_dir(paths.ANALYSIS_PLOTS_DIR) as tmp:
         figures = make_figures(analysis, configs, tmp)
@@ -62,21 +76,44 @@ def main(params: Params) -> dict:
         html_text = render_html(
             analysis, figures, cube=params.cube.model_dump(), params=ap.model_dump(),
             assumptions=assumptions([r.file_stem for r in params.runs()], paths.TRAIN_METRICS_DIR),
-            run_rows=(table.columns, [list(r) for r in table.iter_rows()]),
+            run_rows=(full.columns, [list(r) for r in full.iter_rows()]),
+            units=unit_comparison(full, analysis["primary_score"], ap.utility) if len(units) > 1 else None,
             profile_images=sorted(profiles.glob("*.png")) if profiles.is_dir() else None)
     write_report(paths.REPORT, html_text)
     with atomic_path(paths.RUNS_TABLE) as tmp:
-        table.write_csv(tmp)
+        full.write_csv(tmp)
     write_json(paths.SCORES_BY_EPSILON, summary)
     write_json(paths.ANALYSIS_DETAIL, analysis)
-    write_json(paths.SUMMARY, summary_metrics(table, scores, ap.utility, base))
-    write_json(paths.CONFIGS, config_metrics(table, analysis["primary_score"], ap.utility))
+    write_json(paths.SUMMARY, summary_metrics_by_unit(full, scores, ap.utility, base, main_unit))
+    write_json(paths.CONFIGS, config_metrics(full, analysis["primary_score"], ap.utility))
     write_json(paths.ANALYSIS, analysis_metrics(analysis))
     print(format_summary(summary["per_epsilon"], scores))
     print(format_analysis(analysis))
     print(f"report: {paths.REPORT}")
-    track_analysis(params, table, summary, analysis, configs)
+    track_analysis(params, full, summary, analysis, configs)
     return summary
+
+
+def unit_comparison(table, primary: str | None, utility: str) -> dict:
+    """Record- vs user-level side by side: per ε and privacy unit, the configuration count, the mean (over
+    configurations, seeds averaged first) and best of the utility, and the mean of the primary privacy score."""
+    import polars as pl
+
+    from empriv.analysis.table import config_table, epsilon_label
+
+    columns = [c for c in dict.fromkeys([utility, primary]) if c and c in table.columns]
+    configs = config_table(table, columns, by=["unit"])
+    rows = []
+    for (eps, unit), g in configs.group_by(["epsilon", "unit"], maintain_order=True):
+        u = g[utility].drop_nulls() if utility in g.columns else None
+        p = g[primary].drop_nulls() if primary and primary in g.columns else None
+        rows.append([epsilon_label(eps), unit, g.height,
+                     float(u.mean()) if u is not None and u.len() else None,
+                     float(u.min()) if u is not None and u.len() else None,
+                     float(p.mean()) if p is not None and p.len() else None])
+    rows.sort(key=lambda r: (float(r[0]) if r[0] != "inf" else float("inf"), r[1] != "record", r[1]))
+    return {"columns": ["ε", "unit", "configurations", f"mean {utility}", f"best {utility}",
+                        f"mean {primary}" if primary else "primary score"], "rows": rows}
 
 
 def _flat(obj, prefix: str = "") -> dict:

@@ -26,6 +26,28 @@ def encoded_train_split(params: Params, tok):
     return encode_fixed(tok.encode_batch(load_texts("train")), tok.eos_id, params.base.seq_len)
 
 
+def user_level_inputs(run: RunConfig, tok) -> dict:
+    """What a user-level unit trains from besides the encoded records: each record's unit, its full token list and
+    (perplexity strategies) its mean NLL under the initial base; nothing for a record-level run."""
+    if not run.privacy_unit.user_level:
+        return {}
+    from empriv.config import ConfigError
+    from empriv.io import read_jsonl
+
+    rows = read_jsonl(paths.split_path("train"))
+    units = [r.get("unit") for r in rows]
+    if any(u is None for u in units):
+        raise ConfigError(f"{paths.split_path('train')}: records without a privacy unit (prepared before units "
+                          "existed): re-run prepare (dvc repro prepare)")
+    scores = None
+    if run.privacy_unit.needs_perplexity:
+        from empriv.data.selection import read_record_scores
+
+        scores = read_record_scores(paths.RECORD_SCORES, [r["id"] for r in rows])
+    return {"unit_ids": units, "record_tokens": tok.encode_batch([r["text"] for r in rows]), "record_scores": scores,
+            "tokenizer": tok}
+
+
 def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=paths.TRAIN_METRICS_DIR) -> dict:
     """Train ``run`` (no canaries) and save its weights — a standard Hugging Face directory with the
     tokenizer — and its metrics together: if saving either fails, neither is left behind."""
@@ -38,12 +60,14 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     tok = load_tokenizer()
     ids, mask = encoded_train_split(params, tok)
     model, metrics = train_model(params, run, load_base(), ids, mask, scrub_secrets=secrets_to_scrub(),
-                                 calibration_cache=calibration_cache())
+                                 calibration_cache=calibration_cache(), **user_level_inputs(run, tok))
     with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
         save_finetuned(model, params.train.method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, base_directory=paths.BASE_DIR)
         write_json(Path(metrics_dir) / f"{run.file_stem}.json", metrics)
-    log.info("%s: σ=%.4f q=%.4f T=%d ε_prv=%s final loss %.4f in %.1f s",
-             run.name, metrics["noise_multiplier"], metrics["sample_rate"], run.steps, f"{metrics['epsilon_prv']:.3f}",
+    eps = metrics.get("epsilon_user_level", metrics["epsilon_prv"]) if run.privacy_unit.user_level else metrics["epsilon_prv"]
+    log.info("%s: σ=%.4f q=%.4f T=%d ε%s=%s final loss %.4f in %.1f s",
+             run.name, metrics["noise_multiplier"], metrics["sample_rate"], run.steps,
+             "_user" if run.privacy_unit.user_level else "_prv", "inf" if eps is None else f"{eps:.3f}",
              metrics["final_loss"] or math.nan, metrics["wall_time_s"])
     return metrics
 

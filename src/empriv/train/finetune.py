@@ -54,7 +54,8 @@ def spent_epsilons(noise_multiplier: float, sample_rate: float, delta: float, ch
 
 
 def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, canaries=None, tokenizer=None,
-                job_type: str = "train", tracker=None, scrub_secrets=(), calibration_cache=None):
+                job_type: str = "train", tracker=None, scrub_secrets=(), calibration_cache=None, unit_ids=None,
+                record_tokens=None, record_scores=None):
     """Calibrate σ and DP-fine-tune ``base`` on the encoded records (``train_ids``/``train_mask``: [n, L]) for
     ``run``; returns (model, metrics). Nothing is saved.
 
@@ -62,6 +63,11 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
     records — ordinary records under the same DP accounting (n counts them, q = b/n) — and, for ``new_token``
     canaries, extends the base's vocabulary with zero-initialised rows first (``tokenizer`` gives the eos id).
     Without canaries the run is exactly the cube's ordinary run.
+
+    A user-level unit (``run.unit`` other than ``record``; :mod:`empriv.train.user_level`) needs ``unit_ids`` (the
+    privacy unit of every record), ``record_tokens`` (every record's full token list: length strategies and
+    chunks), ``record_scores`` (every record's mean NLL under the initial base model: perplexity strategies)
+    and ``tokenizer`` (chunks); σ is calibrated at the user level and the metrics gain the unit's facts.
 
     ``tracker`` (an open :class:`empriv.tracking.Tracker`; the caller finishes it) receives the training curve —
     loss, realised batch size, σ and the ε spent so far (:func:`spent_epsilons`, at most
@@ -79,10 +85,19 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
     from empriv.tracking import SecretScrubber, open_configuration_run
 
     t_start = time.time()
-    if run.privacy_unit.user_level:
-        raise ConfigError(f"cube.unit {run.unit!r}: user-level training is not wired into train_model yet (issue 16)")
+    unit = run.privacy_unit
+    unit_data = None
+    if unit.user_level:
+        from empriv.train.user_level import check_user_level, make_unit_data
+
+        if canaries is not None:
+            raise ConfigError(f"cube.unit {run.unit!r}: audits with canaries are record-level only for now")
+        if unit.strategy == "chunk" and tokenizer is None:
+            raise ValueError("train_model with a chunk strategy needs the tokenizer (its eos id starts each window)")
+        unit_data = make_unit_data(train_ids, train_mask, unit_ids, record_tokens=record_tokens, scores=record_scores)
+        check_user_level(params, run, unit_data)
     n_train_param = params.data.n_train
-    if run.batch_size > n_train_param:
+    if unit_data is None and run.batch_size > n_train_param:
         raise ConfigError(f"batch_size {run.batch_size} must be <= data.n_train = {n_train_param}")
     device = resolve_device(params.runtime.device)
     ids, mask = train_ids, train_mask
@@ -105,7 +120,12 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
         canary_info = {"canary_design": canaries.design, "canary_loss": canaries.loss,
                        "n_canaries_included": len(members), "n_new_tokens": canaries.n_new_tokens}
     n = ids.shape[0]
-    privacy = calibrate(params, run, n, cache=calibration_cache)
+    if unit_data is None:
+        privacy = calibrate(params, run, n, cache=calibration_cache)
+    else:
+        from empriv.train.user_level import calibrate_user_level
+
+        privacy = calibrate_user_level(params, run, unit_data.n_units, cache=calibration_cache)
     t_setup = time.time()
 
     # Every random stream of the run derives from (purpose, method, ε, b, T, η) and its seed (empriv.randomness).
@@ -121,7 +141,8 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
     try:
         return _train_and_track(params, run, model, ids, mask, n=n, n_data=n_data, canaries=canaries,
                                 canary_info=canary_info, privacy=privacy, streams=streams, device=device,
-                                tracker=tracker, t_start=t_start, t_setup=t_setup, own_tracker=own_tracker)
+                                tracker=tracker, t_start=t_start, t_setup=t_setup, own_tracker=own_tracker,
+                                unit_data=unit_data, eos_id=None if tokenizer is None else tokenizer.eos_id)
     except BaseException:
         if own_tracker:
             tracker.abort()
@@ -129,7 +150,7 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
 
 
 def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_data, canaries, canary_info, privacy,
-                     streams, device, tracker, t_start, t_setup, own_tracker):
+                     streams, device, tracker, t_start, t_setup, own_tracker, unit_data=None, eos_id=None):
     import torch
 
     from empriv.models.adapters import trainable_parameters
@@ -146,7 +167,7 @@ def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_d
         tracker.config(facts if tracker.section == "train" else {f"{tracker.section}_run": facts})
         tracker.axis(f"{prefix}*", f"{prefix}step")
         spent = {}
-        if run.private:
+        if run.private and privacy["accountant"] in ("prv", "rdp", "pld"):  # not pld-mog: its PLD is too slow to repeat
             t_eps = time.time()
             spent = spent_epsilons(privacy["noise_multiplier"], privacy["sample_rate"], privacy["delta"],
                                    epsilon_checkpoints(run.steps, log_every), privacy["accountant"])
@@ -164,17 +185,24 @@ def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_d
                 row[f"{p}epsilon"] = curve["spent"][done]
             tracker.log(row)
 
-    result = dp_finetune(
-        model,
-        ids,
-        mask,
-        run=run,
-        noise_multiplier=privacy["noise_multiplier"] if run.private else None,
-        params=params,
-        device=device,
-        on_step=on_step,
-        streams=streams,
-    )
+    unit_facts: dict = {}
+    if unit_data is None:
+        result = dp_finetune(
+            model,
+            ids,
+            mask,
+            run=run,
+            noise_multiplier=privacy["noise_multiplier"] if run.private else None,
+            params=params,
+            device=device,
+            on_step=on_step,
+            streams=streams,
+        )
+    else:
+        from empriv.train.user_level import train_user_level
+
+        result, unit_facts = train_user_level(params, run, model, unit_data, privacy=privacy, streams=streams,
+                                              device=device, eos_id=eos_id, on_step=on_step)
     model.to("cpu")
     finite = [x for x in result.losses if not math.isnan(x)]
     metrics = {
@@ -186,6 +214,7 @@ def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_d
         "n": n,
         **({"n_data": n_data, **canary_info} if canaries is not None else {}),
         **privacy,
+        **unit_facts,
         "sampler": params.train.sampler,
         "random_streams": streams.record(),
         "trainable_parameters": trainable_parameters(model),
