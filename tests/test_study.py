@@ -19,6 +19,23 @@ def test_merge_replaces_values_and_lists_and_merges_mappings():
     assert base["a"]["y"] == [1, 2]  # the inputs are not modified
 
 
+@pytest.mark.parametrize("name", ["user-level-synthetic", "user-level-enron"])
+def test_the_user_level_presets_cover_the_studys_units_and_epsilons(name):
+    """Issue 16's study: ε ∈ {1, 3, 8, ∞}, k ∈ {2, 5, 10} for Group (random, longest) and User-wise (random, chunk),
+    beside record-level; the audit stays record-level (the audit stage has no user-level audit yet)."""
+    params = parse_params(resolve_preset(name, ROOT))
+    c = params.cube
+    assert sorted(c.epsilon) == [1, 3, 8, float("inf")]
+    want = {"record"} | {f"{m}-k{k}-{s}" for k in (2, 5, 10)
+                         for m, strategies in (("group", ("random", "longest")), ("userwise", ("random", "chunk")))
+                         for s in strategies}
+    assert set(c.unit) == want and len(params.runs()) == 4 * 13
+    assert params.audit.cube.unit == ["record"] and not params.score.acr.enabled
+    if name == "user-level-enron":
+        assert params.data.source == "enron" and Path(params.data.path).is_absolute()
+        assert params.secrets.ngram == 16  # the 50-token default mined no secret inside the tiny BPE's window
+
+
 @pytest.mark.parametrize("name", ["enron-smollm2", "tofu-smollm2"])
 def test_the_shipped_presets_are_valid_overlays_of_params_yaml(name):
     raw = resolve_preset(name, ROOT)
