@@ -321,3 +321,25 @@ def test_run_from_args_accepts_dvc_command_line_for_integral_float_epsilon():
     e = raw["cube"]["epsilon"][0]
     name = f"eps{to_str(e)}-b64-T16-lr0.01-s0"  # what dvc.yaml's train cmd interpolates
     assert run_from_args(p, _args(epsilon=to_str(e), batch_size="64", steps="16", name=name)).epsilon == 2.0
+
+
+def test_a_user_level_audit_unit_is_accepted_with_its_own_rules():
+    """audit.cube.unit may name user-level units: the canaries stage draws one canary-unit set per distinct k; the
+    rules a unit audit cannot follow (split_half, another score than the loss, test prefixes) are one-line errors."""
+    audit = {"cube": {"epsilon": [8], "batch_size": [16], "steps": [4], "learning_rate": [0.01], "seed": [0],
+                      "unit": ["record", "userwise-k5-random", "group-k5-longest", "group-k2-random"]}}
+    p = parse_params(with_("audit", audit))
+    assert [r.unit for r in p.audit_runs()] == audit["cube"]["unit"] and p.user_audit_ks() == [2, 5]
+    assert p.audit_runs()[1].name == "eps8-b16-T4-lr0.01-s0-userwise-k5-random"
+    assert p.audit_runs()[1].file_stem == "userwise-k5-random/eps8-b16-T4-lr0.01-s0"
+    assert parse_params(MINIMAL).user_audit_ks() == []
+    cases = [({**audit, "rule": "split_half"}, "audit.rule: a user-level audit (audit.cube.unit 'userwise-k5-random') "
+                                                 "guesses top_r only (got 'split_half'; allowed: top_r)"),
+             ({**audit, "score": "rmia"}, "audit.score: a user-level audit (audit.cube.unit 'userwise-k5-random') "
+                                          "scores units by the loss score only (got 'rmia'; allowed: loss)")]
+    for raw, line in cases:
+        with pytest.raises(ConfigError) as info:
+            parse_params(with_("audit", raw))
+        assert info.value.lines == [line]
+    with pytest.raises(ConfigError, match="canaries.prefix: a user-level audit"):
+        parse_params({**with_("audit", audit), "canaries": {"prefix": "test"}})

@@ -35,6 +35,7 @@ def covered(path: str, deps: list[str]) -> bool:
 def test_every_stage_depends_on_all_the_code_it_imports(dvc):
     missing = {}
     for name, stage in dvc["stages"].items():
+        stage = stage.get("do", stage)  # a foreach stage's body
         deps = [str(d) for d in stage.get("deps", [])]
         code = ic.stage_code(stage["cmd"])
         assert code, f"stage {name}: cannot tell which code {stage['cmd']!r} runs"
@@ -52,12 +53,24 @@ def test_the_closure_follows_lazy_imports_and_package_inits(tmp_path):
     assert "src/empriv/analysis/report.py" not in files and "src/empriv/analysis/figures.py" not in files
 
 
-def test_raw_inputs_are_dependencies_through_the_inputs_stage(dvc):
+def test_raw_inputs_are_dependencies_through_one_input_stage_each(dvc):
+    """One input@<key> stage per entry of params' inputs (none by default: nothing always re-runs), its raw file a
+    DVC dep; the dependents depend on the git-tracked directory the stage writes into, which exists when empty."""
     stages = dvc["stages"]
-    assert stages["inputs"].get("always_changed") is True
-    assert ".empriv/inputs/corpus.json" in stages["prepare"]["deps"]
-    assert ".empriv/inputs/base.json" in stages["base"]["deps"]
-    assert ".empriv/inputs/base.json" in stages["tokenizer"]["deps"]
+    assert not any(stage.get("always_changed") for stage in stages.values())
+    body = stages["input"]["do"]
+    assert stages["input"]["foreach"] == "${inputs}" and "${item}" in body["deps"]
+    assert body["outs"] == ["data/inputs/${key}/fingerprint.json"]
+    assert "data/inputs/corpus" in stages["prepare"]["deps"]
+    assert "data/inputs/overrides" in stages["secrets"]["deps"]
+    assert "data/inputs/base" in stages["base"]["deps"] and "data/inputs/base" in stages["tokenizer"]["deps"]
+    from empriv.config import RAW_INPUTS
+
+    import subprocess
+
+    tracked = set(subprocess.run(["git", "ls-files", "data/inputs"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    assert tracked == {f"data/inputs/{key}/.keep" for key in RAW_INPUTS}
 
 
 def test_params_are_listed_by_keys_that_exist(dvc):

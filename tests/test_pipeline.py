@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -40,8 +41,9 @@ def default_params() -> dict:
     """Every params section at config's documented defaults (not the repository's params.yaml, which users edit)."""
     from empriv.config import Params
 
-    return {name: field.get_default(call_default_factory=True).model_dump()
-            for name, field in Params.model_fields.items() if name != "cube"}
+    defaults = {name: field.get_default(call_default_factory=True) for name, field in Params.model_fields.items()
+                if name != "cube"}
+    return {name: value.model_dump() if hasattr(value, "model_dump") else value for name, value in defaults.items()}
 
 
 def write_params(work: Path, overrides: dict) -> None:
@@ -260,11 +262,11 @@ def test_no_secret_reaches_wandb_or_logs(repo):
 def test_second_repro_is_a_no_op_and_one_cube_change_reruns_only_it(repo):
     work, env, _ = repo
     again = _run(["dvc", "repro"], work, env)
-    assert _ran_stages(again) == ["inputs"]  # it only hashes the raw inputs (always_changed); nothing else re-runs
+    assert _ran_stages(again) == []  # nothing re-runs: no stage is always_changed
     write_params(work, {**TINY, "cube": {**TINY["cube"], "seed": [0, 2]}})
     _run(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "seed 2"], work, env)
     changed = _run(["dvc", "repro"], work, env)
-    ran = set(_ran_stages(changed)) - {"inputs", "validate"}
+    ran = set(_ran_stages(changed)) - {"validate"}
     # the filter stage re-reads the non-private models (its output is unchanged: filters are off by default)
     assert ran == {"train@8-32-3-0.01-2-record", "train@inf-32-3-0.01-2-record", "score@8-32-3-0.01-2-record",
                    "score@inf-32-3-0.01-2-record",
@@ -281,13 +283,18 @@ def test_user_level_units_train_score_and_sit_beside_record_level(repo, tmp_path
     ul = tmp_path / "ul"
     shutil.copytree(work, ul, symlinks=True, ignore=shutil.ignore_patterns("wandb"))
     units = ["record", "group-k2-random", "userwise-k2-chunk"]
-    # the tiny corpus has ~11 synthetic users: b = 8 records (Group) or units (User-wise) per step
-    write_params(ul, {**TINY, "cube": {**TINY["cube"], "seed": [0], "batch_size": [8], "unit": units}})
+    # the tiny corpus has ~11 synthetic users: b = 8 records (Group) or units (User-wise) per step; the audit cube
+    # audits the two user-level configurations at ε = 8 with canary units of k = 2 records
+    audit_cube = {"epsilon": [8], "batch_size": [8], "steps": [3], "learning_rate": [0.01], "seed": [0],
+                  "unit": units[1:]}
+    write_params(ul, {**TINY, "cube": {**TINY["cube"], "seed": [0], "batch_size": [8], "unit": units},
+                      "audit": {**TINY["audit"], "cube": audit_cube}})
     proc = _run(["dvc", "repro"], ul, env)
-    ran = set(_ran_stages(proc)) - {"inputs", "validate"}
+    ran = set(_ran_stages(proc)) - {"validate"}
     assert {s for s in ran if s.startswith(("train@", "score@"))} == {
         f"{st}@{e}-8-3-0.01-0-{u}" for st in ("train", "score") for e in ("8", "inf") for u in units}
-    assert "analyze" in ran and not any(s.startswith("audit@") for s in ran)
+    assert "analyze" in ran and "canaries" in ran
+    assert {s for s in ran if s.startswith("audit@")} == {f"audit@8-8-3-0.01-0-{u}" for u in units[1:]}
     assert "record_scores" not in ran and (ul / "data/record_scores.json").is_file()  # computed once, by the first run
     g = json.loads((ul / "records/train/group-k2-random/eps8-b8-T3-lr0.01-s0.json").read_text())
     w = json.loads((ul / "records/train/userwise-k2-chunk/eps8-b8-T3-lr0.01-s0.json").read_text())
@@ -306,8 +313,27 @@ def test_user_level_units_train_score_and_sit_beside_record_level(repo, tmp_path
     assert "Record- vs user-level" in report and "userwise-k2-chunk" in report
     runs = (ul / "records/runs.csv").read_text().splitlines()
     assert runs[0].split(",").count("unit") == 1 and sum("group-k2-random" in r for r in runs) == 2
+    # user-level audits: m = 120 canary units of 2 records, one membership per unit, the bound over units
+    public = json.loads((ul / "records/canaries.json").read_text())
+    assert public["user_level"]["k2"]["n_units"] == 120 and public["user_level"]["k2"]["n_records"] == 240
+    assert public["user_level"]["k2"]["leak_check"]["n_leaks"] == 0 and public["n_canaries"] == 120
+    meta = json.loads((ul / "data/canaries/user-k2/meta.json").read_text())
+    rows = [json.loads(line) for line in (ul / "data/canaries/user-k2/canaries.jsonl").read_text().splitlines()]
+    members = sum(bool(r["member"]) for r in rows) // 2
+    assert meta["records_per_unit"] == 2 and len(rows) == 240 and 30 < members < 90
+    for u in units[1:]:
+        a = json.loads((ul / f"records/audit/{u}/eps8-b8-T3-lr0.01-s0.json").read_text())
+        assert a["audit_level"] == "user" and a["unit"] == u and a["user_audit"]["records_per_unit"] == 2
+        assert a["audit_n_canaries"] == 120 and a["audit_n_guesses"] == 20 and 0 <= a["audit_n_correct"] <= 20
+        assert a["train"]["n_canary_units_included"] == members and a["train"]["n_units"] == prep["n_units"] + members
+        assert 0 <= a["audit_eps_lb_99"] <= a["audit_eps_lb_95"] <= a["audit_epsilon_upper"]
+        assert a["train"]["epsilon_user_level"] == pytest.approx(8, abs=0.05)
+        assert a["audit_epsilon_upper"] > 8  # the user-level ε at the audit's δ = 1e-5 (the run's δ is larger)
+        scores = (ul / f"models/audit/{u}/eps8-b8-T3-lr0.01-s0/canary_scores.jsonl").read_text().splitlines()
+        assert len(scores) == 120 and '"secret"' not in scores[0]  # one row per unit, no tokens
+        assert summary[f"eps8-{u}"]["audit_eps_lb_95"] == a["audit_eps_lb_95"]  # joined with the cube's run
     status = _run(["dvc", "status", "--json"], ul, env).stdout
-    assert set(json.loads(status)) <= {"inputs"}  # nothing stale but the always-changed input hash
+    assert json.loads(status) == {}  # nothing stale
 
 
 def test_params_are_dependencies_key_by_key(repo):
@@ -318,7 +344,7 @@ def test_params_are_dependencies_key_by_key(repo):
     def stale(overrides: dict) -> set[str]:
         write_params(work, overrides)
         out = _run(["dvc", "status", "--json"], work, env).stdout
-        return set(json.loads(out or "{}")) - {"inputs", "validate"}
+        return set(json.loads(out or "{}")) - {"validate"}
 
     current = json.loads(json.dumps(TINY))
     write_params(work, current)  # back to the fixture's cube (an earlier test changed it), everything up to date
@@ -334,17 +360,39 @@ def test_params_are_dependencies_key_by_key(repo):
 
 
 def test_editing_the_raw_corpus_re_runs_prepare(repo, tmp_path):
-    """A real corpus at data.path is an input of the DAG (through the inputs stage's fingerprint)."""
+    """A raw file outside the repository that params name (here data.path) is a DVC dep of its input@ stage: after
+    the run `dvc status` is clean, an edit in place makes prepare stale and re-runs it, and un-naming the file
+    removes the stage and its fingerprint."""
     work, env, _ = repo
-    corpus = work / "corpus.csv"
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    corpus = raw / "corpus.csv"  # not read by the synthetic source, but named: the DAG must follow it
     corpus.write_text("file,message\n")
-    before = (work / ".empriv/inputs/corpus.json").read_text()
     params = json.loads(json.dumps(TINY))
-    write_params(work, params)  # data.path is not read for the synthetic source, but it is fingerprinted
-    _run([str(VENV_BIN / "python"), "-m", "empriv.pipeline.inputs"], work, env)
-    assert (work / ".empriv/inputs/corpus.json").read_text() == before
-    status = _run(["dvc", "status", "--json"], work, env).stdout
-    assert "prepare" not in json.loads(status or "{}")
+    params["data"] = {**params["data"], "path": str(corpus)}
+    write_params(work, params)
+    proc = subprocess.run(["dvc", "repro", "prepare"], cwd=work, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0 and "inputs.corpus: missing" in proc.stderr  # validate asks for it, nothing ran
+    _run([str(VENV_BIN / "empriv"), "validate", "--fix-inputs"], work, env)
+    import yaml
+
+    assert yaml.safe_load((work / "params.yaml").read_text())["inputs"] == {"corpus": str(corpus)}
+    ran = _ran_stages(_run(["dvc", "repro", "prepare"], work, env))
+    assert "input@corpus" in ran and "prepare" in ran
+    fp = json.loads((work / "data/inputs/corpus/fingerprint.json").read_text())
+    assert fp["sha256"] == hashlib.sha256(corpus.read_bytes()).hexdigest() and fp["param"] == "data.path"
+
+    def stale() -> set[str]:
+        return set(json.loads(_run(["dvc", "status", "--json", "--with-deps", "prepare"], work, env).stdout or "{}"))
+
+    assert stale() == set()
+    corpus.write_text("file,message\na,b\n")  # an edit in place: same path, same params
+    assert stale() == {"input@corpus"}  # its dep changed; prepare follows once the new fingerprint is written
+    ran = _ran_stages(_run(["dvc", "repro", "prepare"], work, env))
+    assert {"input@corpus", "prepare"} <= set(ran) and stale() == set()
+    write_params(work, json.loads(json.dumps(TINY)))  # back to no raw file: the stage goes, its fingerprint too
+    _run(["dvc", "repro", "prepare"], work, env)
+    assert not (work / "data/inputs/corpus/fingerprint.json").exists() and stale() == set()
 
 
 def test_invalid_params_fail_before_any_work_with_a_clear_error(repo, tmp_path):
@@ -441,7 +489,7 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
     members = sum(bool(c["member"]) for c in canaries)
     for eps in ("8", "inf"):
         name = f"eps{eps}-b32-T12-lr0.05-s0"
-        m = json.loads((work / "records/audit" / f"{name}.json").read_text())
+        m = json.loads((work / "records/audit/record" / f"{name}.json").read_text())
         for key in ("audit_eps_lb_95", "audit_eps_lb_99", "audit_auc", "audit_tpr_at_fpr_0.001", "audit_tpr_at_fpr_0.01",
                     "audit_design", "audit_n_canaries", "audit_n_guesses", "audit_n_correct"):
             assert key in m, key
@@ -450,15 +498,15 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
         # included canaries are ordinary records under the same accounting: n = training split + members
         assert m["train"]["n"] == 400 + members and m["train"]["n_canaries_included"] == members
         assert m["train"]["sample_rate"] == pytest.approx(32 / (400 + members))
-        assert (work / "models/audit" / name / "model.safetensors").is_file()
-        rows = (work / "models/audit" / name / "canary_scores.jsonl").read_text().splitlines()
+        assert (work / "models/audit/record" / name / "model.safetensors").is_file()
+        rows = (work / "models/audit/record" / name / "canary_scores.jsonl").read_text().splitlines()
         assert len(rows) == 120 and '"secret"' not in rows[0]
         if eps == "8":
             assert m["audit_eps_lb_95"] <= 8.0 and 7.9 <= m["train"]["epsilon_prv"] <= 8.0
     # the main cube's runs saw no canary
     for name in _names():
         assert json.loads((work / "records/train/record" / f"{name}.json").read_text())["n"] == 400
-    inf = json.loads((work / "records/audit/epsinf-b32-T12-lr0.05-s0.json").read_text())
+    inf = json.loads((work / "records/audit/record/epsinf-b32-T12-lr0.05-s0.json").read_text())
     # 12 non-private steps at q = 32/(400 + ~60) include a member canary at least once with probability ~0.58,
     # so an AUC up to ~0.79 is reachable; only trained-on canaries can be told apart (their new-token rows moved)
     assert inf["audit_auc"] > 0.6
@@ -470,7 +518,7 @@ def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_t
     from empriv.pipeline import audit as audit_stage
 
     work, env, _ = repo
-    m8 = json.loads((work / "records/audit/eps8-b32-T12-lr0.05-s0.json").read_text())
+    m8 = json.loads((work / "records/audit/record/eps8-b32-T12-lr0.05-s0.json").read_text())
     assert m8["audit_delta"] == 1e-5 and m8["audit_epsilon_upper"] > 8.0  # ε at δ = 1e-5 exceeds ε at δ = n^-1.1
     assert m8["audit_eps_lb_95"] <= m8["audit_epsilon_upper"]
     monkeypatch.chdir(work)
@@ -485,7 +533,7 @@ def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_t
     out = audit_stage.main(params, run, runs_dir=tmp_path / "models", metrics_dir=tmp_path / "metrics")
     assert out["train"]["method"] == "lora"
     assert out["audit_auc"] > 0.9  # the new-token rows trained although the blocks only got adapters
-    saved = load_model(tmp_path / "models" / run.name)  # merged into a whole model, extended vocabulary
+    saved = load_model(tmp_path / "models" / run.file_stem)  # merged into a whole model, extended vocabulary
     n_new = json.loads((work / "data/canaries/meta.json").read_text())["n_new_tokens"]
     assert saved.get_input_embeddings().weight.shape[0] == 512 + n_new
 
@@ -532,10 +580,9 @@ def test_a_queued_sweep_runs_and_reads_as_a_results_table(repo):
     assert out[0].split(",")[:1] == ["experiment"] and any(line.startswith("eps-8,") for line in out)
     _run(["dvc", "exp", "apply", "eps-8"], work, env)
     assert json.loads((work / "metrics/summary.json").read_text())["eps8"]["test_nll"]["mean"] == eps["eps8.test_nll"]
-    # every stage is up to date; `inputs` re-hashes the raw files outside the repository on every repro, so DVC always
-    # lists it (always_changed) — nothing else may appear
-    status = json.loads(_run(["dvc", "status", "--json"], work, env).stdout)
-    assert status == {"inputs": ["always changed"]}, status
+    # every stage is up to date (no stage is always_changed: the default names no raw file outside the repository)
+    status = json.loads(_run(["dvc", "status", "--json"], work, env).stdout or "{}")
+    assert status == {}, status
 
 
 def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_path, monkeypatch):
@@ -571,11 +618,11 @@ def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_p
     score = json.loads((work / f"records/score/record/{run}.json").read_text())
     assert math.isfinite(score["test_nll"]) and score["n_secrets"] == len(_secrets(work))
     audit = "eps8-b32-T2-lr0.05-s0"
-    assert json.loads((work / f"records/audit/{audit}.json").read_text())["audit_n_canaries"] == 120
+    assert json.loads((work / f"records/audit/record/{audit}.json").read_text())["audit_n_canaries"] == 120
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    for d in (work / "models/base", work / "models/runs/record" / run, work / "models/audit" / audit):
+    for d in (work / "models/base", work / "models/runs/record" / run, work / "models/audit/record" / audit):
         tok = AutoTokenizer.from_pretrained(str(d))
         assert len(tok) == gpt2.vocab_size and tok.eos_token_id == 50256
         assert tok("Hello world", add_special_tokens=False).input_ids == [15496, 995]
@@ -584,4 +631,4 @@ def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_p
     lora = AutoPeftModelForCausalLM.from_pretrained(str(work / "models/runs/record" / run))
     assert any("lora_A" in n for n, _ in lora.named_parameters())
     assert AutoModelForCausalLM.from_pretrained(str(work / "models/base")).config.vocab_size == gpt2.vocab_size
-    assert AutoModelForCausalLM.from_pretrained(str(work / "models/audit" / audit)).config.vocab_size > gpt2.vocab_size  # + new-token canaries
+    assert AutoModelForCausalLM.from_pretrained(str(work / "models/audit/record" / audit)).config.vocab_size > gpt2.vocab_size  # + new-token canaries

@@ -98,7 +98,7 @@ def test_cube_files_name_the_study_runs_only():
 
     files = cube_files(parse_params(resolve_preset("enron-smollm2", ROOT)))
     assert len(files) == 2 * 32 + 2  # train + score per run, one audit per audit-cube point
-    assert "records/score/record/eps8-b16-T16-lr0.01-s1.json" in files and "records/audit/epsinf-b16-T16-lr0.01-s0.json" in files
+    assert "records/score/record/eps8-b16-T16-lr0.01-s1.json" in files and "records/audit/record/epsinf-b16-T16-lr0.01-s0.json" in files
     assert "records/score/record/eps2-b64-T16-lr0.005-s0.json" not in files  # the default cube's
 
 

@@ -139,7 +139,7 @@ def test_unknown_keys_at_every_level_with_did_you_mean(path, suggestion):
 def test_an_unknown_key_with_no_close_match_lists_the_section():
     line = one_line(with_("zzz", 1))
     assert line == ("zzz: unknown key (allowed: runtime, data, tokenizer, base, secrets, privacy, train, cube, score, "
-                    "analyze, canaries, audit)")
+                    "analyze, canaries, audit, inputs)")
 
 
 def test_a_top_level_typo_in_a_params_file_fails(tmp_path):
@@ -180,6 +180,65 @@ def test_files_the_params_name_must_exist_relative_to_the_params_file(tmp_path, 
     assert info.value.lines == ["data.path: file does not exist (got 'corpus.csv'; allowed: an existing corpus file or directory)"]
     assert one_line(with_("secrets.overrides", str(tmp_path / "none.jsonl"))).startswith("secrets.overrides: file does not exist")
     assert one_line(with_("base.name", "./no/such/model")).startswith("base.name: local model path does not exist")
+
+
+# --------------------------------------------------------------------------- raw inputs DVC tracks
+def test_inputs_must_list_exactly_the_raw_files_the_params_name(tmp_path):
+    from empriv.config import expected_inputs
+    from empriv.pipeline.validate import validate_project
+
+    corpus = tmp_path / "emails.csv"
+    corpus.write_text("file,message\n")
+    raw = with_("data", {"source": "enron", "path": str(corpus), "n_train": 100})
+    assert parse_params(raw).expected_inputs() == {"corpus": str(corpus)}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as info:  # the pipeline needs it (the library does not: parse_params passed)
+        validate_project(tmp_path / "params.yaml", tmp_path / "no-dvc.yaml")
+    assert info.value.lines == [f"inputs.corpus: missing: data.path names a raw file DVC must track, or an edit to it "
+                                f"would not re-run the DAG; run `empriv validate --fix-inputs` or add it (allowed: "
+                                f"inputs: {{corpus: {corpus}}})"]
+    assert parse_params({**raw, "inputs": {"corpus": str(corpus)}}).inputs == {"corpus": str(corpus)}
+    assert one_line({**raw, "inputs": {"corpus": "other.csv"}}) == (
+        f"inputs.corpus: must name data.path's file (got 'other.csv'; allowed: {str(corpus)!r})")
+    assert one_line({**raw, "inputs": {"corpus": str(corpus), "base": "./m"}}) == (
+        "inputs.base: base.name names no raw file (null, or a built-in or hub base): remove inputs.base "
+        "(got './m'; allowed: no inputs.base)")
+    assert one_line({**raw, "inputs": {"corpsu": str(corpus)}}).startswith(
+        "inputs.corpsu: is not a raw input; did you mean 'corpus'?")
+    assert expected_inputs("~/x.csv", None, "tiny-gpt2") == {"corpus": os.path.expanduser("~/x.csv")}
+    assert expected_inputs(None, "o.jsonl", "./model") == {"overrides": "o.jsonl", "base": "./model"}
+    assert expected_inputs(None, None, "HuggingFaceTB/SmolLM2-135M") == {}
+
+
+def test_fix_inputs_rewrites_only_the_inputs_and_keeps_comments(tmp_path):
+    from empriv.pipeline.validate import fix_inputs, validate_project
+
+    corpus = tmp_path / "emails.csv"
+    corpus.write_text("file,message\n")
+    text = yaml.safe_dump(with_("data", {"source": "enron", "path": str(corpus), "n_train": 100}), sort_keys=False)
+    path = tmp_path / "params.yaml"
+    path.write_text("# my study\n" + text)
+    assert fix_inputs(path) == {"corpus": str(corpus)}
+    assert path.read_text().startswith("# my study\n") and fix_inputs(path) is None  # idempotent
+    assert validate_project(path, tmp_path / "no-dvc.yaml").inputs == {"corpus": str(corpus)}
+    raw = yaml.safe_load(path.read_text())
+    raw["data"] = {"source": "synthetic-enron"}
+    path.write_text(yaml.safe_dump(raw))
+    assert fix_inputs(path) == {} and validate_project(path, tmp_path / "no-dvc.yaml").inputs == {}
+
+
+def test_stale_input_fingerprints_are_pruned(tmp_path):
+    from empriv.pipeline.inputs import fingerprint_path, prune_stale
+
+    for key in ("corpus", "base"):
+        fingerprint_path(key, tmp_path).parent.mkdir(parents=True)
+        fingerprint_path(key, tmp_path).write_text("{}")
+    corpus = tmp_path / "emails.csv"
+    corpus.write_text("file,message\n")
+    params = parse_params({**with_("data", {"source": "enron", "path": str(corpus), "n_train": 100}),
+                           "inputs": {"corpus": str(corpus)}})
+    assert prune_stale(params, tmp_path) == [fingerprint_path("base", tmp_path)]
+    assert fingerprint_path("corpus", tmp_path).exists() and not fingerprint_path("base", tmp_path).exists()
 
 
 # --------------------------------------------------------------------------- one line per error

@@ -183,6 +183,7 @@ def write_dvc(path: Path = ROOT / "dvc.yaml") -> list[str]:
     doc = yaml.load(path.read_text(encoding="utf-8"))
     changed = []
     for name, stage in doc["stages"].items():
+        stage = stage.get("do", stage)  # a foreach stage's body
         deps = stage.get("deps")
         if deps is None:
             continue

@@ -1,7 +1,8 @@
 """The ``empriv`` command: library utilities that are useful outside the pipeline.
 
     empriv summary [--json]          print the per-ε summary of the last `dvc repro`
-    empriv validate [PARAMS]         validate params.yaml and dvc.yaml's cube matrices (exit 2, one line per problem)
+    empriv validate [PARAMS]         validate params.yaml and dvc.yaml's cube matrices (exit 2, one line per problem);
+                                     --fix-inputs first sets params' inputs to the raw files the other keys name
     empriv privacy ...               privacy accounting (calibrate, epsilon, profile, group)
     empriv audit ...                 ε lower bounds from audit counts (epsilon, clopper-pearson)
     empriv analyze select ...        Algorithm 1's pick from a run table, and the baselines'
@@ -55,8 +56,11 @@ def _exps(args) -> int:
 
 
 def _validate(args) -> int:
-    from empriv.pipeline.validate import validate_project
+    from empriv.pipeline.validate import fix_inputs, validate_project
 
+    if args.fix_inputs:
+        fixed = fix_inputs(args.params)
+        print(f"{args.params}: inputs " + ("already up to date" if fixed is None else f"set to {fixed}"))
     params = validate_project(args.params, args.dvc_yaml)  # a ConfigError: one line per problem, exit 2 (main)
     print(f"{args.params}: valid ({len(params.runs())} configurations in the cube, "
           f"{len(params.audit_runs())} in the audit cube)")
@@ -119,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("params", nargs="?", default="params.yaml")
     v.add_argument("--dvc-yaml", default="dvc.yaml", help="the pipeline whose cube matrices must match the params "
                    "(skipped when the file does not exist)")
+    v.add_argument("--fix-inputs", action="store_true", help="first set the params file's inputs (the raw files DVC "
+                   "tracks) to those data.path, secrets.overrides and a local base.name name; comments are kept")
     v.set_defaults(func=_validate)
     w = sub.add_parser("wandb-write", help="write the offline W&B runs whose journals changed (the analyze stage "
                        "does this; e.g. after `dvc repro train@…` alone)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 import types
 from dataclasses import dataclass
@@ -149,6 +150,22 @@ def _existing_path(value: str, info: ValidationInfo) -> Path:
     return path if path.is_absolute() or root is None else Path(root) / path
 
 
+# the raw inputs a params file can name (Params.inputs keys) and the params key naming each
+RAW_INPUTS = {"corpus": "data.path", "overrides": "secrets.overrides", "base": "base.name"}
+
+
+def is_local_base(name: str) -> bool:
+    """``base.name`` names a local model directory (rather than a built-in base or a hub id)."""
+    return name.startswith(("/", ".", "~"))
+
+
+def expected_inputs(data_path: str | None, overrides: str | None, base_name: str | None) -> dict[str, str]:
+    """The ``inputs`` mapping of params with these values: each raw file a params key names (``~`` expanded)."""
+    named = {"corpus": data_path, "overrides": overrides,
+             "base": base_name if isinstance(base_name, str) and is_local_base(base_name) else None}
+    return {k: os.path.expanduser(v) for k, v in named.items() if isinstance(v, str)}
+
+
 Epsilon = Union[int, Annotated[float, AllowInfNan(True)]]
 
 
@@ -253,7 +270,7 @@ class BaseParams(_Section):
         allowed = f"{', '.join(KNOWN_BASES)}, an existing local path, or a hub id org/name"
         if v in KNOWN_BASES:
             return v
-        if v.startswith(("/", ".", "~")):
+        if is_local_base(v):
             if not _existing_path(v, info).exists():
                 raise ParamError("local model path does not exist", v, allowed)
             return v
@@ -524,6 +541,8 @@ class AuditParams(_Section):
     rmia_alpha: float = Field(0.0, ge=0, le=1)
     eval_batch_size: int = Field(256, ge=1)
     seed: int = 0
+    # user-level audits (audit.cube.unit other than record): a canary unit's score from its k records' loss scores
+    unit_score: Literal["mean", "median", "min", "max"] = "mean"
 
     @field_validator("delta")
     @classmethod
@@ -553,6 +572,38 @@ class Params(_Section):
     analyze: AnalyzeParams = AnalyzeParams()
     canaries: CanariesParams = CanariesParams()
     audit: AuditParams = AuditParams()
+    # the raw files outside the repository that params name, as DVC deps (dvc.yaml's input@<key> stages): corpus =
+    # data.path, overrides = secrets.overrides, base = a local base.name; {} for the built-in sources and bases
+    inputs: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _inputs(self) -> "Params":
+        expected = self.expected_inputs()
+        for key, value in self.inputs.items():
+            if key not in RAW_INPUTS:
+                raise ParamError(f"is not a raw input{_did_you_mean(key, RAW_INPUTS)}", value,
+                                 f"keys {', '.join(RAW_INPUTS)}", key=f"inputs.{key}")
+            if key not in expected:
+                raise ParamError(f"{RAW_INPUTS[key]} names no raw file (null, or a built-in or hub base): remove "
+                                 f"inputs.{key}", value, f"no inputs.{key}", key=f"inputs.{key}")
+            if "~" in value.split("/")[0]:
+                raise ParamError("DVC does not expand ~", value, f"{expected[key]!r}", key=f"inputs.{key}")
+            if os.path.normpath(value) != os.path.normpath(expected[key]):
+                raise ParamError(f"must name {RAW_INPUTS[key]}'s file", value, f"{expected[key]!r}",
+                                 key=f"inputs.{key}")
+        return self
+
+    def missing_inputs(self) -> list[str]:
+        """One error line per raw file that params name but ``inputs`` does not list. The pipeline needs each (an
+        ``input@`` stage is what makes DVC notice an edit to the file); the library does not, so only the
+        pipeline's validation (``empriv validate``, the validate stage) asks for them."""
+        return [f"inputs.{key}: missing: {RAW_INPUTS[key]} names a raw file DVC must track, or an edit to it would not "
+                f"re-run the DAG; run `empriv validate --fix-inputs` or add it (allowed: inputs: {{{key}: {value}}})"
+                for key, value in self.expected_inputs().items() if key not in self.inputs]
+
+    def expected_inputs(self) -> dict[str, str]:
+        """The ``inputs`` mapping these params need (:func:`expected_inputs`)."""
+        return expected_inputs(self.data.path, self.secrets.overrides, self.base.name)
 
     @model_validator(mode="after")
     def _tokenizer_base(self) -> "Params":
@@ -587,15 +638,31 @@ class Params(_Section):
         # audit.cube.batch_size <= data.n_train is checked by the audit run itself (as train@ does), so a
         # small data set that never audits is not rejected for the default audit cube.
         for i, u in enumerate(a.cube.unit):
-            if u != "record":
-                raise ParamError("audits at the user level are not wired into the audit stage yet", u, "record",
-                                 key=f"audit.cube.unit[{i}]")
+            if u == "record":
+                continue
+            # a user-level audit (empriv.audit.user_level): k canary records per canary unit, top-r guesses over the
+            # units' loss scores; it has no population set, no split_half and no other membership score
+            if a.rule != "top_r":
+                raise ParamError(f"a user-level audit (audit.cube.unit {u!r}) guesses top_r only", a.rule, "top_r",
+                                 key="audit.rule")
+            if a.score != "loss":
+                raise ParamError(f"a user-level audit (audit.cube.unit {u!r}) scores units by the loss score only",
+                                 a.score, "loss", key="audit.score")
+            if c.prefix != "random":
+                raise ParamError(f"a user-level audit (audit.cube.unit {u!r}) draws k random prefixes per canary unit",
+                                 c.prefix, "random", key="canaries.prefix")
         return self
 
     def audit_runs(self) -> list["RunConfig"]:
         """The audit cube's configurations (each trained with canaries by audit@<config>)."""
         c = self.audit.cube
-        return [RunConfig(e, b, t, lr, s) for e, b, t, lr, s in product(c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed)]
+        return [RunConfig(e, b, t, lr, s, u) for e, b, t, lr, s, u
+                in product(c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed, c.unit)]
+
+    def user_audit_ks(self) -> list[int]:
+        """The distinct k of the audit cube's user-level units: the canaries stage draws one set of canary units
+        (k records each) per k."""
+        return sorted({r.privacy_unit.k for r in self.audit_runs() if r.privacy_unit.user_level})
 
     # ----------------------------------------------------------------- derived values
     def delta_for(self, n: int) -> float:

@@ -62,8 +62,11 @@ ANALYSIS = Path("metrics/analysis.json")  # per finite ε, primary score: std co
 ANALYSIS_PLOTS_DIR = Path("plots/analysis")
 REPORT = Path("reports/report.html")
 
-# the DAG's guards (outputs of the validate and inputs stages; not in git)
-INPUTS_DIR = Path(".empriv/inputs")  # SHA-256 of data.path, secrets.overrides, a local base directory
+# the raw inputs outside the repository (input@<key> stages): data/inputs/<key>/fingerprint.json, one git-tracked
+# directory per key (corpus, overrides, base) that the dependent stages depend on
+INPUTS_DIR = Path("data/inputs")
+
+# the DAG's guard (output of the validate stage; not in git)
 
 PARAMS_OK = Path(".empriv/params.ok")  # validate stage: constant content "valid\n", written only for valid params
 
@@ -90,9 +93,9 @@ def score_metrics(stem: str) -> Path:
     return SCORE_METRICS_DIR / f"{stem}.json"
 
 
-def audit_run_dir(name: str) -> Path:
-    return AUDIT_RUNS_DIR / name
+def audit_run_dir(stem: str) -> Path:
+    return AUDIT_RUNS_DIR / stem
 
 
-def audit_metrics(name: str) -> Path:
-    return AUDIT_METRICS_DIR / f"{name}.json"
+def audit_metrics(stem: str) -> Path:
+    return AUDIT_METRICS_DIR / f"{stem}.json"

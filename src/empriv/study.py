@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from empriv.config import ConfigError, parse_params, read_yaml
+from empriv.config import ConfigError, expected_inputs, parse_params, read_yaml
 
 PRESETS_DIR = Path("presets")
 STUDIES_DIR = Path(".studies")
@@ -70,6 +70,8 @@ def resolve_preset(name: str, root: Path, data_path: str | None = None) -> dict:
         value = (raw.get(section) or {}).get(key)
         if value and not Path(value).expanduser().is_absolute():
             raw[section][key] = str((root / value).resolve())
+    raw["inputs"] = expected_inputs((raw.get("data") or {}).get("path"), (raw.get("secrets") or {}).get("overrides"),
+                                    (raw.get("base") or {}).get("name"))  # the raw files DVC tracks (input@<key>)
     parse_params(raw)  # fails here, before any worktree or output is touched
     return raw
 
@@ -97,11 +99,11 @@ def study_written_files(work: Path) -> set[str]:
 
 
 def cube_files(params) -> set[str]:
-    """The per-run record files of the study's cube and audit cube (``records/{train,score}/<unit>/<point>.json``, ``records/audit/<name>.json``)."""
+    """The per-run record files of the study's cube and audit cube (``records/{train,score,audit}/<unit>/<point>.json``)."""
     from empriv import paths
 
     names = {r.file_stem for r in params.runs()}
-    audits = {r.name for r in params.audit_runs()}
+    audits = {r.file_stem for r in params.audit_runs()}
     return ({(d / f"{n}.json").as_posix() for d in (paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR) for n in names}
             | {(paths.AUDIT_METRICS_DIR / f"{n}.json").as_posix() for n in audits})
 

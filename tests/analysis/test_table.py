@@ -34,7 +34,7 @@ def test_run_table_takes_every_numeric_score_and_joins_audit(tmp_path):
         if run.seed == 0 and run.private:
             score["air_max"] = 0.25  # only one run has it
         write(tmp_path / "score" / f"{run.file_stem}.json", score)
-    write(tmp_path / "audit" / "eps8-b32-T3-lr0.01-s0.json",
+    write(tmp_path / "audit" / "record" / "eps8-b32-T3-lr0.01-s0.json",
           {"audit_eps_lb_95": 0.7, "audit_auc": 0.61, "audit_tpr_at_fpr_0.01": 0.05, "epsilon": 8})
     t = run_table(p, tmp_path / "train", tmp_path / "score", tmp_path / "audit")
     assert t.height == 4

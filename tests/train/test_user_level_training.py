@@ -224,3 +224,43 @@ def test_group_calibration_cache_hits_are_reaccounted_and_bad_ones_replaced(tmp_
     fixed = cached_group_calibration(4, 1e-5, 2, 0.05, 3, cache)
     assert fixed.noise_multiplier == pytest.approx(first.noise_multiplier, rel=1e-6)
     assert "recomputing" in caplog.text
+
+
+@pytest.mark.parametrize("unit", ["userwise-k3-chunk", "group-k3-lowppl"])
+def test_a_user_level_audit_adds_member_canary_units_as_units_of_their_own(monkeypatch, unit):
+    """train_model with canary units (UserCanaries): the member units' k records join as units of their own, so
+    the unit count, the sampling rate (q over units or over k-bounded records) and σ's accounting include them;
+    a canary set with another k than the run's is refused."""
+    from empriv.audit.user_level import generate_user_canaries
+    from empriv.train.user_level import append_canary_units
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    params = _params()
+    canaries = generate_user_canaries(design="random", n_units=10, records_per_unit=3, vocab_size=EOS + 1,
+                                      eos_id=EOS, seed=1, prefix_length=4)
+    members = len(canaries.member_units)
+    assert 0 < members < 10
+    ids, mask, units, tokens, scores = _corpus()
+    n_units = len(set(units))
+    run = RunConfig(8, 8, 4, 0.01, 0, unit)
+    model, m = train_model(params, run, _tiny_gpt2(), ids, mask, unit_ids=units, record_tokens=tokens,
+                           record_scores=scores, tokenizer=_Tok(), canaries=canaries, job_type="audit")
+    assert m["n_units"] == n_units + members and m["n_canary_units_included"] == members
+    assert m["n_canaries_included"] == 3 * members and m["canary_records_per_unit"] == 3 and m["n_data"] == 200
+    slots = 3 * (n_units + members) if unit.startswith("group") else n_units + members
+    assert m["sample_rate"] == pytest.approx(8 / slots) and m["epsilon_user_level"] <= 8 + 1e-2
+    # the canary records: k per member unit, under their own unit names, all kept by every strategy
+    a_ids, _, a_units, a_tokens, a_scores = append_canary_units(ids, mask, units, tokens, scores, canaries,
+                                                                eos_id=EOS, seq_len=16)
+    assert a_ids.shape[0] == 200 + 3 * members and a_units[200:203] == [f"canary-u{canaries.member_units[0]:05d}"] * 3
+    assert list(a_tokens[200]) == list(canaries.unit_records(canaries.member_units[0])[0].tokens)
+    assert len(a_scores) == 200 + 3 * members
+    with pytest.raises(ConfigError, match="have 3 records each, the run's k is 2"):
+        train_model(params, RunConfig(8, 8, 4, 0.01, 0, "group-k2-random"), _tiny_gpt2(), ids, mask, unit_ids=units,
+                    record_tokens=tokens, record_scores=scores, tokenizer=_Tok(), canaries=canaries)
+
+
+def _tiny_gpt2():
+    from tiny_models import tiny_gpt2
+
+    return tiny_gpt2()

@@ -95,7 +95,7 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
     # audit outcomes only (ε̂, AUC, TPRs, DP-Flat precision): the audit's settings (δ, m, r …) are not measurements
     audit = [c for c in AUDIT_OUTCOMES if c in table.columns and available(table, c)]
     if not audit:
-        notes.append("no audit metrics (records/audit/<config>.json): correlations with audited ε̂ not computed")
+        notes.append("no audit metrics (records/audit/<unit>/<config>.json): correlations with audited ε̂ not computed")
     notes.append("model-distance summaries (research appendix C.2) are not computed: the runs record no model distances")
 
     columns = list(dict.fromkeys(scores + [utility] + audit))

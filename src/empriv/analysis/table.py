@@ -57,7 +57,7 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
     """Rows for exactly the runs of the current cube (stale files of removed configurations are ignored).
 
     Score columns: every top-level numeric scalar of ``records/score/<config>.json`` (missing or null → null).
-    Audit columns (``audit_…``): joined by configuration name from ``records/audit/<config>.json`` when it exists.
+    Audit columns (``audit_…``): joined by configuration from ``records/audit/<unit>/<point>.json`` when it exists.
     """
     import polars as pl
 
@@ -88,7 +88,7 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
         scores = numeric_scalars(s, NON_SCORE_KEYS | set(row))
         score_keys.update(dict.fromkeys(scores))
         row["__scores"] = scores
-        apath = Path(audit_dir) / f"{run.name}.json" if audit_dir is not None else None
+        apath = Path(audit_dir) / f"{run.file_stem}.json" if audit_dir is not None else None
         audit = (numeric_scalars(read_json(apath), NON_SCORE_KEYS | set(row) | set(scores))
                  if apath is not None and apath.exists() else {})
         audit_keys.update(dict.fromkeys(audit))

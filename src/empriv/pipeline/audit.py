@@ -1,5 +1,11 @@
 """audit@<config>: train one configuration of the audit cube *with* the canaries, then audit it (MIA scores, ROC,
-one-run ε lower bounds) → models/audit/<config>/ (with canary_scores.jsonl), records/audit/<config>.json."""
+one-run ε lower bounds) → models/audit/<unit>/<point>/ (with canary_scores.jsonl), records/audit/<unit>/<point>.json.
+
+A user-level unit (``group-k…``, ``userwise-k…``) trains with canary *units* of k records
+(data/canaries/user-k<k>/, one Bernoulli(½) membership per unit) as units of their own, and audits per unit
+(:mod:`empriv.audit.user_level`): the unit's score aggregates its records' loss scores (``audit.unit_score``), r
+top-score guesses over the m units, ε̂ with m = units; the bound is at the user level and never exceeds the run's
+user-level ε."""
 
 from __future__ import annotations
 
@@ -19,6 +25,9 @@ log = logging.getLogger("empriv.audit")
 TRAIN_FACTS = ("method", "optimizer", "clip_norm", "n", "n_data", "n_canaries_included", "n_new_tokens", "delta",
                "sample_rate", "steps", "noise_multiplier", "accountant", "epsilon_prv", "epsilon_rdp", "sampler",
                "final_loss", "empty_batches", "precision", "micro_batch_size", "threads", "random_streams")
+# and of a user-level audit run
+USER_FACTS = ("unit_method", "unit_k", "unit_strategy", "n_units", "epsilon_user_level", "user_accounting",
+              "n_canary_units_included", "canary_records_per_unit")
 
 
 def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_dir=paths.AUDIT_RUNS_DIR,
@@ -27,14 +36,24 @@ def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_d
     from empriv.tracking import SecretScrubber, open_configuration_run
 
     t0 = time.time()
-    cs = CanarySet.load(canaries_dir)
+    if run.privacy_unit.user_level:
+        from empriv.audit.user_level import UserCanaries
+        from empriv.pipeline.canaries import user_canaries_dirname
+
+        where = Path(canaries_dir) / user_canaries_dirname(run.privacy_unit.k)
+        if not where.exists():
+            raise FileNotFoundError(f"{where}: no canary units for k={run.privacy_unit.k}: re-run the canaries stage "
+                                    "(dvc repro canaries)")
+        cs = UserCanaries.load(where)
+    else:
+        cs = CanarySet.load(canaries_dir)
     ap = params.audit
     if ap.method is not None and ap.method != params.train.method:
         params = params.model_copy(update={"train": params.train.model_copy(update={"method": ap.method})})
     tok = load_tokenizer()
     ids, mask = encoded_train_split(params, tok)
     # the audit's part of the configuration's W&B run: its training curve and its results (no canary ever)
-    scrub = SecretScrubber(secrets_to_scrub()).with_canaries(cs, tok)
+    scrub = SecretScrubber(secrets_to_scrub()).with_canaries(getattr(cs, "canary_set", cs), tok)
     with open_configuration_run(params, run, section="audit", scrub=scrub) as tracker:
         out = _train_and_audit(params, run, cs, tok, ids, mask, tracker, t0, runs_dir, metrics_dir)
     return out
@@ -46,52 +65,109 @@ def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker
     from empriv.io import atomic_dir, write_json, write_jsonl
     from empriv.models.adapters import save_finetuned
     from empriv.models.registry import resolve_device
+    from empriv.pipeline.train import user_level_inputs
     from empriv.train.finetune import train_model
 
     ap = params.audit
+    user_level = run.privacy_unit.user_level
     model, train_metrics = train_model(params, run, load_base(), ids, mask, canaries=cs, tokenizer=tok, job_type="audit",
-                                       tracker=tracker, calibration_cache=calibration_cache())
+                                       tracker=tracker, calibration_cache=calibration_cache(),
+                                       **{k: v for k, v in user_level_inputs(run, tok).items() if k != "tokenizer"})
     delta = ap.delta if ap.delta is not None else train_metrics["delta"]
     model.eval()
     t_score = time.time()
     device = resolve_device(params.runtime.device)  # train_model hands the model back on the CPU
     model.to(device)
-    metrics, rows = audit_canaries(
-        model, reference_model(load_base(), cs).to(device), cs, eos_id=tok.eos_id, seq_len=params.base.seq_len,
-        delta=delta, tokenizer=tok, score=ap.score, rule=ap.rule, guesses=ap.guesses, guess_side=ap.guess_side,
-        r_grid=ap.r_grid, min_k=ap.min_k, rmia_gamma=ap.rmia_gamma, rmia_alpha=ap.rmia_alpha,
-        batch_size=ap.eval_batch_size, seed=ap.seed,
-    )
+    if user_level:
+        metrics, rows = audit_user_level(model, cs, tok, params, delta)
+    else:
+        metrics, rows = audit_canaries(
+            model, reference_model(load_base(), cs).to(device), cs, eos_id=tok.eos_id, seq_len=params.base.seq_len,
+            delta=delta, tokenizer=tok, score=ap.score, rule=ap.rule, guesses=ap.guesses, guess_side=ap.guess_side,
+            r_grid=ap.r_grid, min_k=ap.min_k, rmia_gamma=ap.rmia_gamma, rmia_alpha=ap.rmia_alpha,
+            batch_size=ap.eval_batch_size, seed=ap.seed,
+        )
     model.to("cpu")
     # The accountant's ε at the audit's δ: the lower bound ε̂ must never exceed it (else DP-SGD is broken).
-    if run.private:
-        from empriv.privacy.accounting import epsilon_for
-
-        upper = epsilon_for(train_metrics["noise_multiplier"], train_metrics["sample_rate"], run.steps, delta, "prv")
-    else:
-        upper = math.inf
+    upper = audit_upper_bound(params, run, train_metrics, delta)
     metrics["audit_epsilon_upper"] = upper
     out = {
         "config": run.name,
         **run.as_dict(),
         **metrics,
-        "train": {k: train_metrics.get(k) for k in TRAIN_FACTS},
+        "train": {k: train_metrics.get(k) for k in TRAIN_FACTS + (USER_FACTS if user_level else ())},
         "score_time_s": time.time() - t_score,
         "wall_time_s": time.time() - t0,
     }
-    with atomic_dir(Path(runs_dir) / run.name) as tmp:
+    with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
         if params.train.method == "lora":
             # LoRA audits also train the embeddings (new-token rows): save the merged model whole.
             model = model.merge_and_unload()
         # The tokenizer is the base's: new-token canaries are embedding rows past its vocabulary.
         save_finetuned(model, "full", tmp, tokenizer_dir=paths.TOKENIZER_DIR)
         write_jsonl(Path(tmp) / "canary_scores.jsonl", rows)
-        write_json(Path(metrics_dir) / f"{run.name}.json", out)
+        write_json(Path(metrics_dir) / f"{run.file_stem}.json", out)
     track_audit(tracker, out)
+    if user_level:
+        log.info("audit %s (user level, k=%d): eps_lb 95%% %.3f / 99%% %.3f (%d/%d correct of %d canary units), "
+                 "eps_user %.3f", run.name, cs.records_per_unit, out["audit_eps_lb_95"], out["audit_eps_lb_99"],
+                 out["audit_n_correct"], out["audit_n_guesses"], out["audit_n_canaries"], upper)
+        return out
     log.info("audit %s: design %s, eps_lb 95%% %.3f / 99%% %.3f (%d/%d correct of %d canaries), AUC %.3f, TPR@1%%FPR %.3f",
              run.name, cs.design, out["audit_eps_lb_95"], out["audit_eps_lb_99"], out["audit_n_correct"],
              out["audit_n_guesses"], out["audit_n_canaries"], out["audit_auc"], out["audit_tpr_at_fpr_0.01"])
     return out
+
+
+def audit_upper_bound(params: Params, run: RunConfig, train_metrics: dict, delta: float) -> float:
+    """The run's guarantee at the audit's δ, which ε̂ may never exceed: the PRV ε of (σ, q, T) for a record-level
+    run; for a user-level run its user-level ε, re-accounted at the audit's δ — Group Privacy: the tight
+    mixture-of-Gaussians PLD of a unit's k records (the mechanism's true user-level ε; the naive conversion is
+    only looser), User-wise DP-SGD: the PRV ε of (σ, q over units, T)."""
+    if not run.private:
+        return math.inf
+    sigma, q = train_metrics["noise_multiplier"], train_metrics["sample_rate"]
+    unit = run.privacy_unit
+    if unit.user_level and unit.method == "group":
+        from empriv.privacy.user_level import group_privacy_epsilon
+
+        return float(group_privacy_epsilon(sigma, unit.k, q, run.steps, delta))
+    from empriv.privacy.accounting import epsilon_for
+
+    return epsilon_for(sigma, q, run.steps, delta, "prv")
+
+
+def audit_user_level(model, canaries, tok, params: Params, delta: float) -> tuple[dict, list[dict]]:
+    """The user-level audit of a trained model: ``audit_*`` metrics named as the record-level audit's (ε̂, counts;
+    m counts canary units) plus the design under ``user_audit``, and one row per canary unit."""
+    from empriv.audit.user_level import audit_user_canaries
+
+    ap = params.audit
+    result, rows = audit_user_canaries(model, canaries, eos_id=tok.eos_id, seq_len=params.base.seq_len, delta=delta,
+                                       guesses=ap.guesses, aggregate=ap.unit_score, side=ap.guess_side,
+                                       batch_size=ap.eval_batch_size)
+    labels = [bool(r["member"]) for r in rows]
+    metrics = {
+        "audit_level": "user", "audit_design": canaries.canary_set.design, "audit_rule": result.rule,
+        "audit_delta": delta, "audit_n_canaries": result.m, "audit_n_members": result.n_members,
+        "audit_n_guesses": result.r, "audit_n_correct": result.v, "audit_eps_lb_95": result.eps_lb_95,
+        "audit_eps_lb_99": result.eps_lb_99, "audit_auc": _auc([r["score"] for r in rows], labels),
+        "user_audit": {"records_per_unit": result.records_per_unit, "unit_score": result.aggregate,
+                       "n_records": len(canaries.records)},
+    }
+    return metrics, rows
+
+
+def _auc(scores: list[float], labels: list[bool]) -> float | None:
+    """ROC AUC of the unit scores (members positive); None with one class only."""
+    import numpy as np
+
+    s, y = np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=bool)
+    pos, neg = s[y], s[~y]
+    if not len(pos) or not len(neg):
+        return None
+    wins = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(wins / (len(pos) * len(neg)))
 
 
 def track_audit(tracker, out: dict) -> None:

@@ -6,6 +6,11 @@ m = ``canaries.n_canaries`` audit canaries whatever the draw; each is a member i
 canary that text could contain (all its tokens in the tokenizer's vocabulary — new-token canaries cannot occur
 anywhere) as a token sequence in the train, validation, test and public splits: a non-member seen in training,
 or any canary in pre-training or held-out text, would bias the audit. One found stops the stage with one line.
+
+A user-level unit in ``audit.cube.unit`` (``group-k5-…``, ``userwise-k5-…``) adds, per distinct k, m canary *units*
+of k records each (:func:`empriv.audit.user_level.generate_user_canaries`: one secret and one Bernoulli(½)
+membership per unit, k prefixes) in ``data/canaries/user-k<k>/``, leak-checked the same way; their counts are under
+``user_level`` in records/canaries.json.
 """
 
 from __future__ import annotations
@@ -68,14 +73,42 @@ def main(params: Params, out_dir: str | Path = paths.CANARIES_DIR, metrics_path:
     except ValueError as err:
         raise ConfigError(str(err)) from None
     leak_record = check_canary_leaks(cs, tok, Path(prepared_dir), encoded)
+    user_sets = {k: user_canaries(params, k, tok, encoded.get("train"), base) for k in params.user_audit_ks()}
+    user_summary = {f"k{k}": {**uc.public_summary(), "leak_check": check_canary_leaks(uc.canary_set, tok,
+                                                                                     Path(prepared_dir), encoded)}
+                    for k, uc in user_sets.items()}
     with atomic_dir(out_dir) as tmp:
         cs.save(tmp)
-    summary = {**cs.public_summary(), "leak_check": leak_record}
+        for k, uc in user_sets.items():
+            uc.save(Path(tmp) / user_canaries_dirname(k))
+    summary = {**cs.public_summary(), "leak_check": leak_record, **({"user_level": user_summary} if user_summary else {})}
     write_json(metrics_path, summary)
     log.info("canaries: %d (%d members, %s) + %d population, design %s, prefix %s, loss %s; %d checked for leaks",
              len(cs.audit), len(cs.members), cs.extra.get("membership"), len(cs.population), cs.design, cs.prefix,
              cs.loss, leak_record["n_checked"])
+    for k, uc in user_sets.items():
+        log.info("user-level canaries (k=%d): %d units (%d members) × %d records", k, uc.n_units,
+                 len(uc.member_units), k)
     return cs
+
+
+def user_canaries_dirname(k: int) -> str:
+    return f"user-k{k}"
+
+
+def user_canaries(params: Params, k: int, tok, train_tokens, base):
+    """m = ``canaries.n_canaries`` canary units of k records each, drawn with the record-level canaries' design."""
+    from empriv.audit.user_level import generate_user_canaries
+
+    cp = params.canaries
+    try:
+        return generate_user_canaries(design=cp.design, n_units=cp.n_canaries, records_per_unit=k,
+                                      vocab_size=tok.vocab_size, eos_id=tok.eos_id, seed=cp.seed,
+                                      prefix_length=cp.prefix_length, secret_length=cp.secret_length, loss=cp.loss,
+                                      pool_size=cp.pool_size, train_token_lists=train_tokens, base_model=base,
+                                      seq_len=params.base.seq_len)
+    except ValueError as err:
+        raise ConfigError(f"canaries (user level, k={k}): {err}") from None
 
 
 if __name__ == "__main__":

@@ -1,18 +1,29 @@
-"""inputs: fingerprints of the raw inputs that live outside the DAG → .empriv/inputs/{corpus,base}.json.
+"""input@<key>: the fingerprint of one raw file outside the repository → data/inputs/<key>/fingerprint.json.
 
-DVC cannot depend on a path that is a parameter (``data.path``, a local ``base.name``) and absent for the built-in
-sources, so this stage — run on every ``dvc repro`` (``always_changed``; it only hashes) — writes each input's
-SHA-256. The file changes exactly when the input does, and prepare / base depend on it: editing the raw corpus
-re-runs prepare and everything downstream, an unchanged corpus re-runs nothing.
+    python -m empriv.pipeline.inputs --key corpus|overrides|base
+
+params' ``inputs`` mapping names the raw files that other params keys point to — ``corpus`` (``data.path``),
+``overrides`` (``secrets.overrides``), ``base`` (a local ``base.name`` directory) — and validation keeps it equal
+to them (``empriv validate --fix-inputs`` writes it). dvc.yaml makes one ``input@<key>`` stage per entry
+(``foreach``) with the file as its DVC dependency, so DVC itself notices an edit in place; the built-in sources
+and bases name no file, make no stage and leave nothing to re-check (``dvc status`` stays empty). Each stage
+writes the file's SHA-256 into its own directory under ``data/inputs/``; prepare, secrets and base/tokenizer
+depend on those directories (git-tracked, so they exist when empty): an edited corpus re-runs prepare and what
+follows, an unchanged one re-runs nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import logging
 from pathlib import Path
 
 from empriv import paths
-from empriv.config import Params
+from empriv.config import RAW_INPUTS, Params
+
+log = logging.getLogger(__name__)
+FINGERPRINT = "fingerprint.json"
 
 
 def fingerprint(path: str | Path | None) -> dict:
@@ -33,19 +44,40 @@ def fingerprint(path: str | Path | None) -> dict:
     return {"path": str(path), "sha256": h.hexdigest(), "bytes": size, "files": len(files)}
 
 
-def main(params: Params, out_dir=paths.INPUTS_DIR) -> dict:
+def fingerprint_path(key: str, root: Path = paths.INPUTS_DIR) -> Path:
+    return Path(root) / key / FINGERPRINT
+
+
+def prune_stale(params: Params, root: Path = paths.INPUTS_DIR) -> list[Path]:
+    """Delete the fingerprints of raw inputs the params no longer name (their input@ stage is gone), so the
+    dependents' directories hold exactly the current inputs. Returns the deleted files."""
+    removed = []
+    for key in RAW_INPUTS:
+        f = fingerprint_path(key, root)
+        if key not in params.inputs and f.exists():
+            f.unlink()
+            removed.append(f)
+    return removed
+
+
+def main(params: Params, key: str, out_root: Path = paths.INPUTS_DIR) -> dict:
     from empriv.io import write_json
 
-    local_base = params.base.name.startswith(("/", ".", "~"))  # config's rule for a local model directory
-    corpus = {"source": params.data.source, **fingerprint(params.data.path),
-              "overrides": fingerprint(params.secrets.overrides)}
-    base = {"name": params.base.name, **fingerprint(params.base.name if local_base else None)}
-    write_json(Path(out_dir) / "corpus.json", corpus)
-    write_json(Path(out_dir) / "base.json", base)
-    return {"corpus": corpus, "base": base}
+    if key not in params.inputs:
+        raise ValueError(f"--key: params name no raw input {key!r} (got {key!r}; allowed: "
+                         f"{', '.join(params.inputs) or 'none: inputs is empty'})")
+    found = fingerprint(params.inputs[key])
+    record = {"key": key, "param": RAW_INPUTS[key], **found}
+    write_json(fingerprint_path(key, out_root), record)
+    log.info("input %s (%s): %d file(s), %d bytes, sha256 %s", key, RAW_INPUTS[key], found["files"], found["bytes"],
+             found["sha256"][:12])
+    return record
 
 
 if __name__ == "__main__":
     from empriv.stage import run_stage
 
-    run_stage(main)
+    ap = argparse.ArgumentParser(prog="python -m empriv.pipeline.inputs", description=__doc__.splitlines()[0])
+    ap.add_argument("--key", required=True, choices=sorted(RAW_INPUTS))
+    args = ap.parse_args()
+    run_stage(lambda params: main(params, args.key))

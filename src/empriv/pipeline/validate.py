@@ -9,6 +9,10 @@ problem and exit status 2, before anything else is touched. The marker is writte
 valid and its content never changes ("valid\\n"), so a valid edit re-runs this stage but never, through the
 marker, any other (each stage still depends on the params keys it reads).
 
+It also deletes the fingerprints of raw inputs the params no longer name (``data/inputs/<key>/``, see
+:mod:`empriv.pipeline.inputs`): their ``input@`` stage is gone and the dependents must not see them.
+``--fix-inputs`` first rewrites the params file's ``inputs`` mapping to the raw files its keys name (comments kept).
+
 Reads: params.yaml, dvc.yaml (optional). Writes: ``paths.PARAMS_OK``. Params: all of them (the whole file).
 """
 
@@ -124,10 +128,34 @@ def validate_project(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Pat
     """The params file validated in full, then dvc.yaml's cube matrices against it; raises :class:`ConfigError`
     with one line per problem. Touches no file."""
     params = load_params(params_path)
-    errors = dvc_matrix_errors(read_yaml(params_path), params, dvc_yaml)
+    errors = params.missing_inputs() + dvc_matrix_errors(read_yaml(params_path), params, dvc_yaml)
     if errors:
         raise ConfigError(*errors)
     return params
+
+
+def fix_inputs(params_path: str | Path = paths.PARAMS) -> dict[str, str] | None:
+    """Set the params file's ``inputs`` to the raw files ``data.path``, ``secrets.overrides`` and a local
+    ``base.name`` name (ruamel round trip: comments and order kept). Returns the new mapping, or None when the file
+    already had it (left untouched)."""
+    from ruamel.yaml import YAML
+
+    from empriv.config import expected_inputs
+    from empriv.io import atomic_path
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    path = Path(params_path)
+    raw = yaml.load(path.read_text(encoding="utf-8")) or {}
+    section = lambda name: raw.get(name) if isinstance(raw.get(name), dict) else {}  # noqa: E731
+    wanted = expected_inputs(section("data").get("path"), section("secrets").get("overrides"),
+                             section("base").get("name"))
+    if dict(raw.get("inputs") or {}) == wanted:
+        return None
+    raw["inputs"] = wanted
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        yaml.dump(raw, fh)
+    return wanted
 
 
 def write_marker(path: str | Path = paths.PARAMS_OK) -> None:
@@ -144,15 +172,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", default=str(paths.PARAMS))
     ap.add_argument("--dvc-yaml", default=str(DVC_YAML))
     ap.add_argument("--marker", default=str(paths.PARAMS_OK))
+    ap.add_argument("--fix-inputs", action="store_true",
+                    help="first set the params file's inputs to the raw files data.path/secrets.overrides/base.name name")
     ap.add_argument("--debug", action="store_true", help="show the traceback of an error (also: EMPRIV_DEBUG=1)")
     args = ap.parse_args(argv)
     try:
+        if args.fix_inputs:
+            fixed = fix_inputs(args.params)
+            print(f"{args.params}: inputs " + ("already up to date" if fixed is None else f"set to {fixed}"))
         params = validate_project(args.params, args.dvc_yaml)
     except ConfigError as err:
         if args.debug or os.environ.get("EMPRIV_DEBUG") == "1":
             raise
         print(error_lines(err), file=sys.stderr)
         return 2
+    from empriv.pipeline.inputs import prune_stale
+
+    for stale in prune_stale(params, Path(args.params).parent / paths.INPUTS_DIR):
+        print(f"{stale}: removed (params name no such raw input any more)")
     write_marker(args.marker)
     print(f"{args.params}: valid ({len(params.runs())} configurations in the cube, {len(params.audit_runs())} in the audit cube)")
     return 0

@@ -87,13 +87,25 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
     t_start = time.time()
     unit = run.privacy_unit
     unit_data = None
+    user_canaries = None
     if unit.user_level:
-        from empriv.train.user_level import check_user_level, make_unit_data
+        from empriv.train.user_level import append_canary_units, check_user_level, make_unit_data
 
-        if canaries is not None:
-            raise ConfigError(f"cube.unit {run.unit!r}: audits with canaries are record-level only for now")
         if unit.strategy == "chunk" and tokenizer is None:
             raise ValueError("train_model with a chunk strategy needs the tokenizer (its eos id starts each window)")
+        if canaries is not None:  # a user-level audit: canary *units* of k records each join as units of their own
+            if not hasattr(canaries, "records_per_unit"):
+                raise ValueError(f"cube.unit {run.unit!r}: a user-level run audits with canary units "
+                                 "(empriv.audit.user_level.UserCanaries), not record-level canaries")
+            if tokenizer is None:
+                raise ValueError("train_model with canaries needs the tokenizer (its eos id pads the canaries)")
+            if canaries.records_per_unit != unit.k:
+                raise ConfigError(f"cube.unit {run.unit!r}: the canary units have {canaries.records_per_unit} records "
+                                  f"each, the run's k is {unit.k}: rebuild them (dvc repro canaries)")
+            user_canaries, canaries = canaries, canaries.canary_set
+            train_ids, train_mask, unit_ids, record_tokens, record_scores = append_canary_units(
+                train_ids, train_mask, unit_ids, record_tokens, record_scores, user_canaries, eos_id=tokenizer.eos_id,
+                seq_len=train_ids.shape[1])
         unit_data = make_unit_data(train_ids, train_mask, unit_ids, record_tokens=record_tokens, scores=record_scores)
         check_user_level(params, run, unit_data)
     n_train_param = params.data.n_train
@@ -115,10 +127,16 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
             raise ValueError("train_model with canaries needs the tokenizer (its eos id pads the canaries)")
         extend_vocabulary(base, canaries.n_new_tokens)
         members = canaries.members
-        c_ids, c_mask = encode_canaries(members, tokenizer.eos_id, params.base.seq_len, canaries.loss)
-        ids, mask = torch.cat([ids, c_ids]), torch.cat([mask, c_mask])
+        if user_canaries is None:  # record-level: the member canaries are extra records (user level: already units)
+            c_ids, c_mask = encode_canaries(members, tokenizer.eos_id, params.base.seq_len, canaries.loss)
+            ids, mask = torch.cat([ids, c_ids]), torch.cat([mask, c_mask])
+        else:
+            n_data = ids.shape[0] - len(members)
         canary_info = {"canary_design": canaries.design, "canary_loss": canaries.loss,
                        "n_canaries_included": len(members), "n_new_tokens": canaries.n_new_tokens}
+        if user_canaries is not None:
+            canary_info.update(n_canary_units_included=len(user_canaries.member_units),
+                               canary_records_per_unit=user_canaries.records_per_unit)
     n = ids.shape[0]
     if unit_data is None:
         privacy = calibrate(params, run, n, cache=calibration_cache)

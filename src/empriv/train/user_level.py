@@ -78,6 +78,38 @@ def make_unit_data(ids, mask, unit_ids, *, record_tokens=None, scores=None) -> U
     return UnitData(ids, mask, codes, names, record_tokens, scores)
 
 
+def append_canary_units(ids, mask, unit_ids, record_tokens, record_scores, canaries, *, eos_id: int, seq_len: int):
+    """The training records plus the *member* canary units' records of a user-level audit (``canaries``: an
+    :class:`empriv.audit.user_level.UserCanaries`): each canary unit is a unit of its own (``canary-u00007``) with
+    its k records, encoded as every canary is (the canary set's loss: the secret under ``sft``). A canary unit has
+    exactly k records, so every selection strategy keeps all of them; their token lists (length strategies,
+    chunks) are prefix + secret, and their perplexity scores (perplexity strategies, which do not choose among
+    them) are 0. Returns ``(ids, mask, unit_ids, record_tokens, record_scores)``."""
+    import torch
+
+    from empriv.secrets.canaries import encode_canaries
+
+    if unit_ids is None:
+        raise ConfigError("a user-level audit needs the privacy unit of every training record, and the prepared "
+                          "training split has none: re-run prepare (dvc repro prepare)")
+    records, units = [], []
+    for i in canaries.member_units:
+        for c in canaries.unit_records(i):
+            records.append(c)
+            units.append(f"canary-{c.id.rsplit('-r', 1)[0]}")
+    taken = {str(u) for u in unit_ids}
+    clash = sorted(taken.intersection(units))
+    if clash:
+        raise ValueError(f"a corpus unit is named like a canary unit ({clash[0]!r}): rename it")
+    c_ids, c_mask = encode_canaries(records, eos_id, seq_len, canaries.canary_set.loss)
+    ids = torch.cat([ids, c_ids.to(ids.dtype)])
+    mask = torch.cat([mask, c_mask.to(mask.dtype)])
+    tokens = None if record_tokens is None else [*record_tokens, *(list(c.tokens) for c in records)]
+    scores = None if record_scores is None else np.concatenate([np.asarray(record_scores, dtype=np.float64),
+                                                               np.zeros(len(records))])
+    return ids, mask, [*unit_ids, *units], tokens, scores
+
+
 # --------------------------------------------------------------------------- checks and accounting
 def check_user_level(params: Params, run: RunConfig, data: UnitData) -> None:
     """Everything about the run and its data that can be wrong, before any accounting or training: one line each."""
@@ -327,5 +359,5 @@ def train_user_level(params: Params, run: RunConfig, model, data: UnitData, *, p
     return result, facts
 
 
-__all__ = ["UnitData", "calibrate_user_level", "check_user_level", "fixed_selection", "make_unit_data",
+__all__ = ["UnitData", "append_canary_units", "calibrate_user_level", "check_user_level", "fixed_selection", "make_unit_data",
            "train_user_level", "unit_codes", "userwise_selector"]
