@@ -15,7 +15,9 @@ from empriv.config import ConfigError, Params
 from empriv.io import parse_float, read_json
 
 TRAIN_COLUMNS = ("noise_multiplier", "sample_rate", "delta", "epsilon_prv", "epsilon_rdp", "accountant", "sampler",
-                 "method", "final_loss", "wall_time_s")
+                 "method", "final_loss", "wall_time_s",
+                 # user-level units (null for record-level runs): the guarantee's ε and the number of units
+                 "epsilon_user_level", "n_units")
 # Score columns listed first (in this order) when present; every other top-level numeric scalar of the
 # score JSON follows in sorted order (ACR, AIR, greedy VMR … as the score stage adds them).
 SCORE_COLUMNS = ("test_nll", "exposure_gap_mean", "exposure_gap_worst", "exposure_gap_vs_base_mean",

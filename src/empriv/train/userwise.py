@@ -42,7 +42,8 @@ as ``torch.normal(0, σC, p.shape, generator=noise_generator)``; σ = 0 draws no
 noise"): the same units and records, no clipping, no noise, the mean over the realised units of each
 unit's mean-loss gradient (plain autograd, no per-sample gradients); an empty step is a counted no-op.
 
-The pipeline does not use this module yet (see docs/models.md).
+The pipeline's User-wise units (``cube.unit: userwise-k<K>-<strategy>``) train through it, by way of
+:func:`empriv.train.user_level.train_user_level` (docs/user-level.md).
 """
 
 from __future__ import annotations
