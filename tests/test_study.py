@@ -144,3 +144,24 @@ def test_summarise_cost_counts_only_the_last_execution_of_each_stage():
                {"stage": "train@b", "wall_s": 3.0, "cpu_s": 1.0, "peak_rss_mb": 7.0}]
     (row,) = summarise_cost(records)
     assert row["processes"] == 2 and row["wall_s_total"] == 5.0 and row["wall_s_max"] == 3.0 and row["peak_rss_mb_max"] == 7.0
+
+
+def test_each_stage_process_of_a_unit_cube_is_counted_once(tmp_path, monkeypatch):
+    """The timing log names a stage process by its run (point and unit): the runs of one point under 13 units are
+    13 processes in the study's cost summary, not one (user-level studies counted 17 of 110 before)."""
+    import json
+    import time
+
+    from empriv.stage import record_cost
+    from empriv.study import summarise_cost
+
+    log = tmp_path / "cost.jsonl"
+    units = ["record", "group-k2-random", "userwise-k5-chunk"]
+    for unit in units:
+        monkeypatch.setattr("sys.argv", ["/x/empriv/pipeline/train.py", "--name", "eps8-b32-T4-lr0.01-s0", "--epsilon", "8",
+                                         "--unit", unit])
+        record_cost(time.time(), str(log))
+    names = [json.loads(line)["stage"] for line in log.read_text().splitlines()]
+    assert names == ["train@eps8-b32-T4-lr0.01-s0", "train@eps8-b32-T4-lr0.01-s0-group-k2-random",
+                     "train@eps8-b32-T4-lr0.01-s0-userwise-k5-chunk"]
+    assert summarise_cost([json.loads(line) for line in log.read_text().splitlines()])[0]["processes"] == 3

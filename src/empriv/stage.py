@@ -35,6 +35,8 @@ def record_cost(started: float, log_path: str | None = None) -> dict:
     name = Path(sys.argv[0]).stem
     if "--name" in sys.argv[1:-1]:
         name += "@" + sys.argv[sys.argv.index("--name") + 1]
+    if "--unit" in sys.argv[1:-1] and sys.argv[sys.argv.index("--unit") + 1] != "record":
+        name += "-" + sys.argv[sys.argv.index("--unit") + 1]  # the run's name: one record per stage process
     record = {"stage": name, "wall_s": round(time.time() - started, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
               "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
     log_path = log_path or os.environ.get("EMPRIV_TIMING_LOG")
