@@ -393,6 +393,11 @@ def test_editing_the_raw_corpus_re_runs_prepare(repo, tmp_path):
     write_params(work, json.loads(json.dumps(TINY)))  # back to no raw file: the stage goes, its fingerprint too
     _run(["dvc", "repro", "prepare"], work, env)
     assert not (work / "data/inputs/corpus/fingerprint.json").exists() and stale() == set()
+    # DVC's .gitignore for the gone output stays, untracked: .dvcignore keeps it out of prepare's dependency, or a
+    # clean checkout of the commit (a queued experiment) would see another directory
+    assert (work / "data/inputs/corpus/.gitignore").exists()
+    (work / "data/inputs/corpus/.gitignore").unlink()
+    assert stale() == set()
 
 
 def test_invalid_params_fail_before_any_work_with_a_clear_error(repo, tmp_path):
@@ -602,9 +607,11 @@ def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_p
                  "train": {"method": "lora", "micro_batch_size": 16},
                  "cube": {"epsilon": [8], "batch_size": [32], "steps": [2], "learning_rate": [0.01], "seed": [0]},
                  "audit": {**TINY["audit"], "cube": {"epsilon": [8], "batch_size": [32], "steps": [2],
-                                                     "learning_rate": [0.05], "seed": [0]}}}
+                                                     "learning_rate": [0.05], "seed": [0]}},
+                 "inputs": {"base": str(base_dir)}}  # the local base is a raw input DVC tracks (input@base)
     work, _, proc = make_repo(tmp_path, overrides)
-    assert "pre-train base" not in proc.stderr
+    assert "pre-train base" not in proc.stderr and "input@base" in _ran_stages(proc)
+    assert json.loads((work / "data/inputs/base/fingerprint.json").read_text())["files"] >= 3  # weights, config, BPE
     base = json.loads((work / "records/base.json").read_text())
     assert base["pretrained"] is True and base["pretrain_steps"] == 0 and base["pretrain_final_loss"] is None
     assert math.isfinite(base["test_nll"])
