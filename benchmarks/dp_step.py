@@ -1,0 +1,149 @@
+"""Benchmark: one training step, non-private vs empriv's DP step vs opacus' stock DP step, on the same model and batch.
+
+Run:  OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py [--repeats 5] [--steps 3] [--smollm]
+
+- non-private: ``empriv.train.dp.dp_finetune`` with ``noise_multiplier=None`` (plain autograd on the mean loss);
+- empriv DP: ``dp_finetune`` with σ = 1, C = 1 (opacus GradSampleModule + DPOptimizer, empriv's micro-batching,
+  per-sample mean NLL);
+- opacus stock: ``opacus.PrivacyEngine.make_private`` (hooks) on the same model, a DataLoader over the same batch
+  (no Poisson sampling), the loss of ``empriv.models.lm.per_sample_mean_nll`` summed per batch as opacus expects.
+
+Every side runs q = 1 (the whole batch every step) so the steps are the same size. Models: the tiny GPT-2 of the
+default run (2 layers × 64, full and LoRA) and, with ``--smollm``, SmolLM2-135M from the embedded GGUF (LoRA, fewer
+records). Printed: median seconds per step over ``--repeats`` interleaved runs of ``--steps`` steps (after a warm-up)
+and the ratios empriv DP / non-private (issue 18's goal: ≤ 1.10 for LoRA, ≤ 1.3 for full) and empriv DP / opacus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+SEQ_LEN = 64
+
+
+def tiny_gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=2048, n_positions=SEQ_LEN,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+
+
+_SMOLLM2 = []
+
+
+def smollm2():
+    """SmolLM2-135M from the embedded GGUF, de-quantised once and copied for every side (same weights)."""
+    import copy
+
+    if not _SMOLLM2:
+        from empriv.models.smollm2 import load_gguf_model, plain_copy
+
+        _SMOLLM2.append(plain_copy(load_gguf_model()))
+    return copy.deepcopy(_SMOLLM2[0])
+
+
+def params_for(method: str, micro: int):
+    from empriv.config import parse_params
+
+    return parse_params({"data": {"n_train": 1000}, "train": {"optimizer": "adam", "clip_norm": 1.0, "method": method,
+                                                              "micro_batch_size": micro},
+                         "cube": {"epsilon": [8], "batch_size": [8], "steps": [1], "learning_rate": [0.001],
+                                  "seed": [0]}})
+
+
+def prepared(make, method: str, params):
+    from empriv.models.adapters import prepare_for_finetuning
+
+    return prepare_for_finetuning(make(), method, params.train.lora, init_seed=0)
+
+
+def batch(n: int, vocab: int):
+    from empriv.models.lm import encode_fixed
+
+    g = torch.Generator().manual_seed(0)
+    lists = [torch.randint(0, vocab - 1, (int(torch.randint(SEQ_LEN // 2, SEQ_LEN, (1,), generator=g)),),
+                           generator=g).tolist() for _ in range(n)]
+    return encode_fixed(lists, vocab - 1, SEQ_LEN)
+
+
+def time_empriv(make, method, ids, mask, steps, micro, sigma) -> float:
+    from empriv.config import RunConfig
+    from empriv.train.dp import dp_finetune
+
+    params = params_for(method, micro)
+    model = prepared(make, method, params)
+    run = RunConfig(8.0 if sigma is not None else float("inf"), ids.shape[0], steps, 0.001, 0)
+    res = dp_finetune(model, ids, mask, run=run, noise_multiplier=sigma, params=params, device=torch.device("cpu"))
+    assert res.batch_sizes == [ids.shape[0]] * steps, res.batch_sizes
+    return res.wall_time_s / steps
+
+
+def time_opacus(make, method, ids, mask, steps, micro) -> float:
+    from opacus import PrivacyEngine
+    from opacus.utils.batch_memory_manager import BatchMemoryManager
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from empriv.models.lm import per_sample_mean_nll
+
+    params = params_for(method, micro)
+    model = prepared(make, method, params).train()
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.001)
+    loader = DataLoader(TensorDataset(ids, mask), batch_size=ids.shape[0])
+    engine = PrivacyEngine(accountant="prv")
+    model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer, data_loader=loader,
+                                                   noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        with BatchMemoryManager(data_loader=loader, max_physical_batch_size=micro, optimizer=optimizer) as mem:
+            for x, m in mem:
+                optimizer.zero_grad()
+                per_sample_mean_nll(model, x, m).mean().backward()
+                optimizer.step()
+    return (time.perf_counter() - t0) / steps
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--smollm", action="store_true", help="also SmolLM2-135M (LoRA; slow on a CPU)")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    torch.set_num_threads(args.threads)
+    cases = [("tiny-gpt2", tiny_gpt2, "full", 64, 32), ("tiny-gpt2", tiny_gpt2, "lora", 64, 32)]
+    if args.smollm:
+        cases.append(("smollm2-135m", smollm2, "lora", 8, 8))
+    print(f"torch threads {args.threads}; {SEQ_LEN}-token records, q = 1; median s/step over {args.repeats} runs of "
+          f"{args.steps} steps (interleaved, after a warm-up)")
+    print(f"{'model':13} {'method':6} {'batch':>5} {'non-private':>11} {'empriv DP':>9} {'opacus':>8} "
+          f"{'DP/non-private':>14} {'empriv/opacus':>13}")
+    for name, make, method, n, micro in cases:
+        vocab = make().get_input_embeddings().weight.shape[0] if name != "tiny-gpt2" else 2048
+        ids, mask = batch(n, vocab)
+        runs = {"np": lambda: time_empriv(make, method, ids, mask, args.steps, micro, None),
+                "dp": lambda: time_empriv(make, method, ids, mask, args.steps, micro, 1.0),
+                "opacus": lambda: time_opacus(make, method, ids, mask, args.steps, micro)}
+        for fn in runs.values():
+            fn()
+        times = {k: [] for k in runs}
+        for _ in range(args.repeats):
+            for k, fn in runs.items():
+                times[k].append(fn())
+        m = {k: statistics.median(v) for k, v in times.items()}
+        print(f"{name:13} {method:6} {n:>5} {m['np']:>11.4f} {m['dp']:>9.4f} {m['opacus']:>8.4f} "
+              f"{m['dp'] / m['np']:>14.2f} {m['dp'] / m['opacus']:>13.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
