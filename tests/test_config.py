@@ -163,8 +163,9 @@ def test_repo_params_yaml_loads_with_48_runs():
 def test_config_name_examples():
     assert config_name(64, 128, 32, 0.01, 0) == "eps64-b128-T32-lr0.01-s0"
     assert config_name(math.inf, 64, 16, 0.005, 1) == "epsinf-b64-T16-lr0.005-s1"
-    assert RunConfig(2, 64, 16, 0.005, 1).name == "eps2-b64-T16-lr0.005-s1"
-    assert RunConfig(2.0, 64, 16, 0.005, 1).name == "eps2.0-b64-T16-lr0.005-s1"  # as DVC: str(2.0)
+    assert RunConfig(2, 64, 16, 0.005, 1).name == "eps2-b64-T16-lr0.005-s1-full"
+    assert RunConfig(2.0, 64, 16, 0.005, 1).name == "eps2.0-b64-T16-lr0.005-s1-full"  # as DVC: str(2.0)
+    assert RunConfig(2, 64, 16, 0.005, 1, method="prefix").file_stem == "record/prefix/eps2-b64-T16-lr0.005-s1"
     assert config_name(0.5, 8, 1, 1e-05, 3) == "eps0.5-b8-T1-lr1e-05-s3"
 
 
@@ -189,7 +190,7 @@ def _dvc_names(yaml_cube: str) -> tuple[list[str], list[str]]:
         for lr in cube["learning_rate"] for s in cube["seed"]
     ]
     params = parse_params({"cube": cube, "data": {"n_train": 1000}})
-    return dvc, [r.name for r in params.runs()]
+    return dvc, [r.point_name for r in params.runs()]
 
 
 def test_run_names_match_dvc_interpolation_of_repo_params():
@@ -202,7 +203,7 @@ def test_run_names_match_dvc_interpolation_of_repo_params():
         for e in cube["epsilon"] for b in cube["batch_size"] for t in cube["steps"]
         for lr in cube["learning_rate"] for s in cube["seed"]
     }
-    assert {r.name for r in load_params(REPO / "params.yaml").runs()} == dvc
+    assert {r.point_name for r in load_params(REPO / "params.yaml").runs()} == dvc
     assert "eps64-b128-T32-lr0.01-s0" in dvc and "epsinf-b64-T16-lr0.005-s1" in dvc
 
 
@@ -224,10 +225,11 @@ def test_group_drops_the_seed_only():
     a = RunConfig(64, 128, 32, 0.01, 0)
     b = RunConfig(64, 128, 32, 0.01, 7)
     c = RunConfig(64, 128, 32, 0.005, 0)
-    assert a.group == "eps64-b128-T32-lr0.01"
+    assert a.group == "eps64-b128-T32-lr0.01-full"
     assert a.group == b.group
     assert a.group != c.group
-    assert RunConfig(math.inf, 64, 16, 0.005, 12).group == "epsinf-b64-T16-lr0.005"
+    assert RunConfig(math.inf, 64, 16, 0.005, 12).group == "epsinf-b64-T16-lr0.005-full"
+    assert RunConfig(64, 128, 32, 0.01, 0, method="lora").group == "eps64-b128-T32-lr0.01-lora"
 
 
 def test_delta_for_defaults_to_n_to_the_minus_1_1():
@@ -266,7 +268,7 @@ def test_params_are_frozen():
 def test_as_dict_marks_inf_as_string():
     assert RunConfig(math.inf, 8, 1, 0.1, 0).as_dict()["epsilon"] == "inf"
     assert RunConfig(8.0, 8, 1, 0.1, 0).as_dict() == {
-        "epsilon": 8.0, "batch_size": 8, "steps": 1, "learning_rate": 0.1, "seed": 0,
+        "epsilon": 8.0, "batch_size": 8, "steps": 1, "learning_rate": 0.1, "seed": 0, "method": "full",
     }
 
 
@@ -330,8 +332,8 @@ def test_a_user_level_audit_unit_is_accepted_with_its_own_rules():
                       "unit": ["record", "userwise-k5-random", "group-k5-longest", "group-k2-random"]}}
     p = parse_params(with_("audit", audit))
     assert [r.unit for r in p.audit_runs()] == audit["cube"]["unit"] and p.user_audit_ks() == [2, 5]
-    assert p.audit_runs()[1].name == "eps8-b16-T4-lr0.01-s0-userwise-k5-random"
-    assert p.audit_runs()[1].file_stem == "userwise-k5-random/eps8-b16-T4-lr0.01-s0"
+    assert p.audit_runs()[1].name == "eps8-b16-T4-lr0.01-s0-userwise-k5-random-full"
+    assert p.audit_runs()[1].file_stem == "userwise-k5-random/full/eps8-b16-T4-lr0.01-s0"
     assert parse_params(MINIMAL).user_audit_ks() == []
     cases = [({**audit, "rule": "split_half"}, "audit.rule: a user-level audit (audit.cube.unit 'userwise-k5-random') "
                                                  "guesses top_r only (got 'split_half'; allowed: top_r)"),
@@ -343,3 +345,59 @@ def test_a_user_level_audit_unit_is_accepted_with_its_own_rules():
         assert info.value.lines == [line]
     with pytest.raises(ConfigError, match="canaries.prefix: a user-level audit"):
         parse_params({**with_("audit", audit), "canaries": {"prefix": "test"}})
+
+
+# --------------------------------------------------------------------------- adaptation methods (issue 17)
+def test_cube_method_axis_defaults_to_full_and_multiplies_the_cube():
+    assert {r.method for r in parse_params(MINIMAL).runs()} == {"full"}
+    p = parse_params(with_("cube.method", ["full", "lora", "prefix", "prompt", "head", "dpzero"]))
+    assert len(p.runs()) == 4 * 6
+    names = {r.name for r in p.runs()}
+    assert "eps2-b64-T16-lr0.01-s0-prefix" in names and "eps64-b64-T16-lr0.01-s1-dpzero" in names
+
+
+def test_for_method_sets_the_adaptation_and_a_variant_replaces_its_sections():
+    raw = with_("train.variants", {"flat": {"method": "prefix", "prefix": {"n_virtual": 4},
+                                            "dpflat": {"kd": True, "kd_lambda": 0.5}}},
+                with_("cube.method", ["prefix", "flat"]))
+    p = parse_params(raw)
+    plain, flat = p.for_method("prefix").train, p.for_method("flat").train
+    assert (plain.method, plain.variant, plain.run_method, plain.prefix.n_virtual, plain.dpflat.kd) == \
+        ("prefix", None, "prefix", 10, False)
+    assert (flat.method, flat.variant, flat.run_method, flat.prefix.n_virtual, flat.dpflat.kd, flat.dpflat.kd_lambda) == \
+        ("prefix", "flat", "flat", 4, True, 0.5)
+    assert p.train.method == "full"  # the params themselves are untouched (frozen)
+
+
+METHOD_ERRORS = [
+    pytest.param(with_("cube.method", ["prefx"]), "cube.method[0]", "did you mean 'prefix'", id="unknown-method"),
+    pytest.param(with_("train.method", "lora"), "train.method", "moved to cube.method", id="train-method-moved"),
+    pytest.param(with_("audit.method", "lora"), "audit.method", "moved to audit.cube.method", id="audit-method-moved"),
+    pytest.param(with_("train.dpflat", {"awp": True, "awp_steps": 2}), "train.dpflat",
+                 "need prefix tuning", id="dpflat-without-prefix"),
+    pytest.param(with_("train.dpflat", {"awp": True, "awp_steps": 17}, with_("cube.method", ["prefix"])),
+                 "train.dpflat.awp_steps", "must be <= T = 16", id="E-above-T"),
+    pytest.param(with_("train.dpflat", {"kd": True, "kd_lambda": -0.1}, with_("cube.method", ["prefix"])),
+                 "train.dpflat.kd_lambda", "-0.1", id="negative-lambda"),
+    pytest.param(with_("train.dpzero", {"kd_lambda": -1.0}), "train.dpzero.kd_lambda", "-1.0", id="dpzero-lambda"),
+    pytest.param(with_("train.dpflat", {"layer_elimination": True}, with_("cube.method", ["prefix"])),
+                 "train.dpflat.target_layers", "must be set", id="elimination-without-target"),
+    pytest.param(with_("train.variants", {"full": {"method": "lora"}}), "train.variants", "built-in", id="variant-name"),
+    pytest.param(with_("train.prefix", {"layers": [0, 0]}), "train.prefix.layers", "distinct", id="prefix-layers"),
+    pytest.param(with_("train.head", {"target": "ln_f"}), "train.head.target", "ln_f", id="head-target"),
+]
+
+
+@pytest.mark.parametrize("raw, field, shown", METHOD_ERRORS)
+def test_bad_method_settings_are_one_line_errors_naming_the_key(raw, field, shown):
+    with pytest.raises(ConfigError) as err:
+        parse_params(raw)
+    lines = str(err.value).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(field) and shown in lines[0], lines[0]
+
+
+def test_dpflat_switch_in_a_variant_is_fine_next_to_other_methods():
+    raw = with_("train.variants", {"dpflat": {"method": "prefix", "dpflat": {"awp": True, "awp_steps": 4}}},
+                with_("cube.method", ["full", "lora", "dpflat"]))
+    assert len(parse_params(raw).runs()) == 12

@@ -127,9 +127,9 @@ def test_every_stage_ran_and_wrote_its_outputs(repo):
                 "dvc.lock"):
         assert (work / rel).is_file(), rel
     for name in _names():
-        assert (work / "models/runs/record" / name / "model.safetensors").is_file()
-        assert (work / "records/train/record" / f"{name}.json").is_file()
-        assert (work / "records/score/record" / f"{name}.json").is_file()
+        assert (work / "models/runs/record/full" / name / "model.safetensors").is_file()
+        assert (work / "records/train/record/full" / f"{name}.json").is_file()
+        assert (work / "records/score/record/full" / f"{name}.json").is_file()
 
 
 def test_prepare_and_secrets_metrics(repo):
@@ -152,7 +152,7 @@ def test_prepare_and_secrets_metrics(repo):
 def test_train_metrics_record_the_guarantee(repo):
     work, _, _ = repo
     for name in _names():
-        m = json.loads((work / "records/train/record" / f"{name}.json").read_text())
+        m = json.loads((work / "records/train/record/full" / f"{name}.json").read_text())
         assert m["steps"] == 3 and len(m["loss_curve"]) == 3
         assert m["sampler"] == "poisson"
         assert m["delta"] == pytest.approx(400 ** -1.1)
@@ -165,7 +165,7 @@ def test_train_metrics_record_the_guarantee(repo):
         else:
             assert m["noise_multiplier"] == 0 and m["epsilon_prv"] == "inf"
     # Same ε, b, T → same σ across seeds; a different seed trains a different model.
-    a, b = (json.loads((work / "records/train/record" / f"eps8-b32-T3-lr0.01-s{s}.json").read_text()) for s in (0, 1))
+    a, b = (json.loads((work / "records/train/record/full" / f"eps8-b32-T3-lr0.01-s{s}.json").read_text()) for s in (0, 1))
     assert a["noise_multiplier"] == b["noise_multiplier"]
     assert a["loss_curve"] != b["loss_curve"]
 
@@ -174,7 +174,7 @@ def test_score_and_summary(repo):
     work, _, _ = repo
     n_secrets = len(_secrets(work))
     for name in _names():
-        m = json.loads((work / "records/score/record" / f"{name}.json").read_text())
+        m = json.loads((work / "records/score/record/full" / f"{name}.json").read_text())
         assert len(m["per_secret"]) == n_secrets
         assert 0.0 <= m["vmr_mean"] <= m["vmr_worst"] <= 1.0
         assert m["test_nll"] > 0 and math.isfinite(m["exposure_gap_mean"])
@@ -207,7 +207,7 @@ def test_score_and_summary(repo):
     assert summary["n_runs"] == 4 and {"eps8", "epsinf"} <= set(summary)
     assert summary["eps8"]["epsilon"] == 8.0 and "epsilon" not in summary["epsinf"]
     assert summary["eps8"]["test_nll"]["n"] == 1 and summary["eps8"]["n_runs"] == 2
-    means = [json.loads((work / "records/score/record" / f"{n}.json").read_text())["test_nll"] for n in _names() if "eps8" in n]
+    means = [json.loads((work / "records/score/record/full" / f"{n}.json").read_text())["test_nll"] for n in _names() if "eps8" in n]
     assert summary["eps8"]["test_nll"]["mean"] == pytest.approx(sum(means) / len(means))
     assert summary["base_test_nll"] == json.loads((work / "records/base.json").read_text())["test_nll"]
     configs = json.loads((work / "metrics/configs.json").read_text())
@@ -296,14 +296,14 @@ def test_user_level_units_train_score_and_sit_beside_record_level(repo, tmp_path
     assert "analyze" in ran and "canaries" in ran
     assert {s for s in ran if s.startswith("audit@")} == {f"audit@8-8-3-0.01-0-{u}" for u in units[1:]}
     assert "record_scores" not in ran and (ul / "data/record_scores.json").is_file()  # computed once, by the first run
-    g = json.loads((ul / "records/train/group-k2-random/eps8-b8-T3-lr0.01-s0.json").read_text())
-    w = json.loads((ul / "records/train/userwise-k2-chunk/eps8-b8-T3-lr0.01-s0.json").read_text())
+    g = json.loads((ul / "records/train/group-k2-random/full/eps8-b8-T3-lr0.01-s0.json").read_text())
+    w = json.loads((ul / "records/train/userwise-k2-chunk/full/eps8-b8-T3-lr0.01-s0.json").read_text())
     prep = json.loads((ul / "records/prepare.json").read_text())["train_units"]
     assert g["accountant"] == "pld-mog" and g["n_bounded_records"] == 2 * prep["n_units"] == 2 * g["n_units"]
     assert g["epsilon_user_level"] <= 8 + 1e-3 and g["epsilon_record_level_prv"] < g["epsilon_user_level"]
     assert w["sample_rate"] == pytest.approx(8 / prep["n_units"]) and w["epsilon_user_level"] == pytest.approx(8, abs=0.05)
     assert w["mean_records_per_step"] == pytest.approx(2 * w["mean_units_per_step"]) and w["config"].endswith("-userwise-k2-chunk")
-    assert (ul / "models/runs/userwise-k2-chunk/eps8-b8-T3-lr0.01-s0/model.safetensors").is_file()
+    assert (ul / "models/runs/userwise-k2-chunk/full/eps8-b8-T3-lr0.01-s0/model.safetensors").is_file()
     summary = json.loads((ul / "metrics/summary.json").read_text())
     assert {"eps8", "epsinf", "eps8-group-k2-random", "epsinf-userwise-k2-chunk"} <= set(summary)
     assert summary["eps8"]["n_runs"] == 1 and summary["eps8-group-k2-random"]["n_runs"] == 1 and summary["n_runs"] == 6
@@ -322,14 +322,14 @@ def test_user_level_units_train_score_and_sit_beside_record_level(repo, tmp_path
     members = sum(bool(r["member"]) for r in rows) // 2
     assert meta["records_per_unit"] == 2 and len(rows) == 240 and 30 < members < 90
     for u in units[1:]:
-        a = json.loads((ul / f"records/audit/{u}/eps8-b8-T3-lr0.01-s0.json").read_text())
+        a = json.loads((ul / f"records/audit/{u}/full/eps8-b8-T3-lr0.01-s0.json").read_text())
         assert a["audit_level"] == "user" and a["unit"] == u and a["user_audit"]["records_per_unit"] == 2
         assert a["audit_n_canaries"] == 120 and a["audit_n_guesses"] == 20 and 0 <= a["audit_n_correct"] <= 20
         assert a["train"]["n_canary_units_included"] == members and a["train"]["n_units"] == prep["n_units"] + members
         assert 0 <= a["audit_eps_lb_99"] <= a["audit_eps_lb_95"] <= a["audit_epsilon_upper"]
         assert a["train"]["epsilon_user_level"] == pytest.approx(8, abs=0.05)
         assert a["audit_epsilon_upper"] > 8  # the user-level ε at the audit's δ = 1e-5 (the run's δ is larger)
-        scores = (ul / f"models/audit/{u}/eps8-b8-T3-lr0.01-s0/canary_scores.jsonl").read_text().splitlines()
+        scores = (ul / f"models/audit/{u}/full/eps8-b8-T3-lr0.01-s0/canary_scores.jsonl").read_text().splitlines()
         assert len(scores) == 120 and '"secret"' not in scores[0]  # one row per unit, no tokens
         assert summary[f"eps8-{u}"]["audit_eps_lb_95"] == a["audit_eps_lb_95"]  # joined with the cube's run
     status = _run(["dvc", "status", "--json"], ul, env).stdout
@@ -450,7 +450,7 @@ def test_a_failing_train_stage_leaves_the_previous_outputs_and_no_partial_file(r
     with pytest.raises(OSError, match="disk full"):
         train_stage.main(params, run)
     assert digest() == before
-    leftovers = [p.name for d in (work / "models/runs/record", work / "records/train/record") for p in d.iterdir() if p.name.endswith(".tmp")]
+    leftovers = [p.name for d in (work / "models/runs/record/full", work / "records/train/record/full") for p in d.iterdir() if p.name.endswith(".tmp")]
     assert leftovers == []
 
 
@@ -494,7 +494,7 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
     members = sum(bool(c["member"]) for c in canaries)
     for eps in ("8", "inf"):
         name = f"eps{eps}-b32-T12-lr0.05-s0"
-        m = json.loads((work / "records/audit/record" / f"{name}.json").read_text())
+        m = json.loads((work / "records/audit/record/full" / f"{name}.json").read_text())
         for key in ("audit_eps_lb_95", "audit_eps_lb_99", "audit_auc", "audit_tpr_at_fpr_0.001", "audit_tpr_at_fpr_0.01",
                     "audit_design", "audit_n_canaries", "audit_n_guesses", "audit_n_correct"):
             assert key in m, key
@@ -503,15 +503,15 @@ def test_audit_stages_train_with_canaries_and_write_the_audit_metrics(repo):
         # included canaries are ordinary records under the same accounting: n = training split + members
         assert m["train"]["n"] == 400 + members and m["train"]["n_canaries_included"] == members
         assert m["train"]["sample_rate"] == pytest.approx(32 / (400 + members))
-        assert (work / "models/audit/record" / name / "model.safetensors").is_file()
-        rows = (work / "models/audit/record" / name / "canary_scores.jsonl").read_text().splitlines()
+        assert (work / "models/audit/record/full" / name / "model.safetensors").is_file()
+        rows = (work / "models/audit/record/full" / name / "canary_scores.jsonl").read_text().splitlines()
         assert len(rows) == 120 and '"secret"' not in rows[0]
         if eps == "8":
             assert m["audit_eps_lb_95"] <= 8.0 and 7.9 <= m["train"]["epsilon_prv"] <= 8.0
     # the main cube's runs saw no canary
     for name in _names():
-        assert json.loads((work / "records/train/record" / f"{name}.json").read_text())["n"] == 400
-    inf = json.loads((work / "records/audit/record/epsinf-b32-T12-lr0.05-s0.json").read_text())
+        assert json.loads((work / "records/train/record/full" / f"{name}.json").read_text())["n"] == 400
+    inf = json.loads((work / "records/audit/record/full/epsinf-b32-T12-lr0.05-s0.json").read_text())
     # 12 non-private steps at q = 32/(400 + ~60) include a member canary at least once with probability ~0.58,
     # so an AUC up to ~0.79 is reachable; only trained-on canaries can be told apart (their new-token rows moved)
     assert inf["audit_auc"] > 0.6
@@ -523,7 +523,7 @@ def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_t
     from empriv.pipeline import audit as audit_stage
 
     work, env, _ = repo
-    m8 = json.loads((work / "records/audit/record/eps8-b32-T12-lr0.05-s0.json").read_text())
+    m8 = json.loads((work / "records/audit/record/full/eps8-b32-T12-lr0.05-s0.json").read_text())
     assert m8["audit_delta"] == 1e-5 and m8["audit_epsilon_upper"] > 8.0  # ε at δ = 1e-5 exceeds ε at δ = n^-1.1
     assert m8["audit_eps_lb_95"] <= m8["audit_epsilon_upper"]
     monkeypatch.chdir(work)
@@ -604,10 +604,11 @@ def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_p
     tiny_gpt2(vocab_size=gpt2.vocab_size, n_embd=16, n_head=2, n_layer=1, n_positions=64).save_pretrained(str(base_dir))
     gpt2.save(base_dir)
     overrides = {**TINY, "tokenizer": {"kind": "auto"}, "base": {**TINY["base"], "name": str(base_dir)},
-                 "train": {"method": "lora", "micro_batch_size": 16},
-                 "cube": {"epsilon": [8], "batch_size": [32], "steps": [2], "learning_rate": [0.01], "seed": [0]},
+                 "train": {"micro_batch_size": 16},
+                 "cube": {"epsilon": [8], "batch_size": [32], "steps": [2], "learning_rate": [0.01], "seed": [0],
+                          "method": ["lora"]},
                  "audit": {**TINY["audit"], "cube": {"epsilon": [8], "batch_size": [32], "steps": [2],
-                                                     "learning_rate": [0.05], "seed": [0]}},
+                                                     "learning_rate": [0.05], "seed": [0], "method": ["lora"]}},
                  "inputs": {"base": str(base_dir)}}  # the local base is a raw input DVC tracks (input@base)
     work, _, proc = make_repo(tmp_path, overrides)
     assert "pre-train base" not in proc.stderr and "input@base" in _ran_stages(proc)
@@ -620,22 +621,22 @@ def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_p
     for secret in _secrets(work):
         assert secret["token_length"] == len(gpt2.encode(secret["text"]))
     run = "eps8-b32-T2-lr0.01-s0"
-    train = json.loads((work / f"records/train/record/{run}.json").read_text())
+    train = json.loads((work / f"records/train/record/lora/{run}.json").read_text())
     assert train["method"] == "lora" and train["random_streams"]["key"].startswith("purpose=train|method=lora|")
-    score = json.loads((work / f"records/score/record/{run}.json").read_text())
+    score = json.loads((work / f"records/score/record/lora/{run}.json").read_text())
     assert math.isfinite(score["test_nll"]) and score["n_secrets"] == len(_secrets(work))
     audit = "eps8-b32-T2-lr0.05-s0"
-    assert json.loads((work / f"records/audit/record/{audit}.json").read_text())["audit_n_canaries"] == 120
+    assert json.loads((work / f"records/audit/record/lora/{audit}.json").read_text())["audit_n_canaries"] == 120
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    for d in (work / "models/base", work / "models/runs/record" / run, work / "models/audit/record" / audit):
+    for d in (work / "models/base", work / "models/runs/record/lora" / run, work / "models/audit/record/lora" / audit):
         tok = AutoTokenizer.from_pretrained(str(d))
         assert len(tok) == gpt2.vocab_size and tok.eos_token_id == 50256
         assert tok("Hello world", add_special_tokens=False).input_ids == [15496, 995]
     from peft import AutoPeftModelForCausalLM
 
-    lora = AutoPeftModelForCausalLM.from_pretrained(str(work / "models/runs/record" / run))
+    lora = AutoPeftModelForCausalLM.from_pretrained(str(work / "models/runs/record/lora" / run))
     assert any("lora_A" in n for n, _ in lora.named_parameters())
     assert AutoModelForCausalLM.from_pretrained(str(work / "models/base")).config.vocab_size == gpt2.vocab_size
-    assert AutoModelForCausalLM.from_pretrained(str(work / "models/audit/record" / audit)).config.vocab_size > gpt2.vocab_size  # + new-token canaries
+    assert AutoModelForCausalLM.from_pretrained(str(work / "models/audit/record/lora" / audit)).config.vocab_size > gpt2.vocab_size  # + new-token canaries

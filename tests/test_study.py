@@ -40,7 +40,7 @@ def test_the_user_level_presets_cover_the_studys_units_and_epsilons(name):
 def test_the_shipped_presets_are_valid_overlays_of_params_yaml(name):
     raw = resolve_preset(name, ROOT)
     params = parse_params(raw)
-    assert params.base.name == "smollm2-135m" and params.train.method == "lora"
+    assert params.base.name == "smollm2-135m" and params.cube.method == ["lora"] == params.audit.cube.method
     assert Path(params.data.path).is_absolute()
     assert Path(params.data.path).resolve() == (ROOT / ".." / "shared" / "data").resolve() / Path(params.data.path).parent.name / Path(params.data.path).name
     # The research's cube axes: a finite ε and ∞, two values each of b, T and η, two seeds.
@@ -98,8 +98,8 @@ def test_cube_files_name_the_study_runs_only():
 
     files = cube_files(parse_params(resolve_preset("enron-smollm2", ROOT)))
     assert len(files) == 2 * 32 + 2  # train + score per run, one audit per audit-cube point
-    assert "records/score/record/eps8-b16-T16-lr0.01-s1.json" in files and "records/audit/record/epsinf-b16-T16-lr0.01-s0.json" in files
-    assert "records/score/record/eps2-b64-T16-lr0.005-s0.json" not in files  # the default cube's
+    assert "records/score/record/lora/eps8-b16-T16-lr0.01-s1.json" in files and "records/audit/record/lora/epsinf-b16-T16-lr0.01-s0.json" in files
+    assert "records/score/record/full/eps2-b64-T16-lr0.005-s0.json" not in files  # the default cube's
 
 
 def test_study_written_files_are_the_changed_untracked_and_ignored_ones(tmp_path):

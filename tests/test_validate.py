@@ -359,7 +359,7 @@ def _small_project(work: Path) -> None:
         if (ROOT / rel).is_file():
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, work / rel)
-    for rel in ("models/base/model.safetensors", "models/runs/record/eps2-b8-T1-lr0.01-s0/model.safetensors",
+    for rel in ("models/base/model.safetensors", "models/runs/record/full/eps2-b8-T1-lr0.01-s0/model.safetensors",
                 "data/prepared/train.jsonl", "data/secrets.jsonl", ".empriv/params.ok"):
         (work / rel).parent.mkdir(parents=True, exist_ok=True)
         (work / rel).write_bytes(b"valid\n" if rel.endswith(".ok") else os.urandom(64))

@@ -335,8 +335,95 @@ class LoraParams(_Section):
     target_modules: list[str] | None = None  # null: the architecture's default (models/adapters.py LORA_TARGET_MODULES)
 
 
+ADAPTATION_METHODS = ("full", "lora", "prefix", "prompt", "head", "dpzero")
+"""``cube.method`` values that need no definition (``train.variants`` names more): every weight, LoRA adapters,
+key/value prefixes, a soft input prompt, the output layer, and black-box soft-prompt tuning with DPZero."""
+
+
+class PrefixParams(_Section):
+    """Prefix tuning (models/adaptations.py): P key/value vectors per attention layer."""
+
+    n_virtual: int = Field(10, ge=1)  # P
+    layers: list[int] | None = None  # attention layers with a prefix (null: all)
+    reparameterize: bool = False  # produce the prefix with an MLP (Li & Liang)
+    hidden: int = Field(512, ge=1)  # the MLP's hidden width
+
+    @field_validator("layers")
+    @classmethod
+    def _layers(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None:
+            if not v:
+                raise ParamError("must list at least one layer, or be null for all", v)
+            if len(set(v)) != len(v) or any(x < 0 for x in v):
+                raise ParamError("must list distinct layer indices >= 0", v, "distinct integers >= 0, or null")
+        return v
+
+
+class PromptParams(_Section):
+    n_virtual: int = Field(10, ge=1)  # P soft-prompt embeddings
+
+
+class HeadParams(_Section):
+    target: Literal["lm_head", "last_block"] = "lm_head"  # the (untied) LM head, or the last block + final norm
+
+
+class DPFlatParams(_Section):
+    """DP-Flat (adapt/dpflat.py) on prefix tuning: three switches, each with a published and a strict variant."""
+
+    awp: bool = False  # within-layer: adversarial weight perturbation in the first awp_steps steps
+    awp_variant: Literal["published", "strict"] = "published"  # v from the un-noised batch gradient | the last noisy one
+    awp_steps: int = Field(0, ge=0)  # E, in steps (<= T)
+    gamma: float = Field(0.01, gt=0)  # AWP radius relative to each layer's weight norm
+    layer_elimination: bool = False  # cross-layer: sharpness-guided greedy elimination of prefix layers
+    target_layers: int | None = Field(None, ge=1)  # layers kept
+    elimination_data: Literal["private", "public"] = "private"
+    kd: bool = False  # cross-model: + lambda (w - w_nor)/||w - w_nor|| after privatisation
+    kd_lambda: float = Field(0.01, ge=0)  # lambda
+    kd_data: Literal["private", "public"] = "private"  # w_nor trained on the training data | the public split
+    nor_steps: int = Field(50, ge=0)  # non-private SGD steps of w_nor
+    nor_lr: float = Field(0.1, gt=0)
+    nor_batch_size: int | None = Field(64, ge=1)  # null: full batch
+
+    @property
+    def enabled(self) -> bool:
+        return self.awp or self.layer_elimination or self.kd
+
+    @model_validator(mode="after")
+    def _switches(self) -> "DPFlatParams":
+        if self.layer_elimination and self.target_layers is None:
+            raise ParamError("must be set when layer_elimination is on", None, "an integer >= 1 (layers kept)",
+                             key="target_layers")
+        return self
+
+
+class DPZeroParams(_Section):
+    """Black-box soft-prompt tuning with DPZero (adapt/dpzero.py); MeZO at ε = inf."""
+
+    n_prompt: int = Field(10, ge=1)  # P soft-prompt embeddings
+    mu: float = Field(1e-3, gt=0)  # perturbation scale of the finite difference
+    kd: bool = False  # DP-Flat black-box: + lambda (theta - theta_nor)/||theta - theta_nor|| after privatisation
+    kd_lambda: float = Field(0.01, ge=0)
+    kd_data: Literal["private", "public"] = "private"  # theta_nor trained (MeZO) on the training data | public split
+    nor_steps: int = Field(50, ge=0)  # MeZO steps of theta_nor
+
+
+class VariantParams(_Section):
+    """A named ``cube.method`` value: an adaptation method and the train sections it uses instead of the defaults."""
+
+    method: Literal["full", "lora", "prefix", "prompt", "head", "dpzero"]
+    lora: LoraParams | None = None
+    prefix: PrefixParams | None = None
+    prompt: PromptParams | None = None
+    head: HeadParams | None = None
+    dpflat: DPFlatParams | None = None
+    dpzero: DPZeroParams | None = None
+
+
 class TrainParams(_Section):
-    method: Literal["full", "lora"] = "full"
+    # The adaptation of the run being trained: set from the run's cube.method (Params.for_method), never in
+    # params.yaml (the cube's axis is cube.method). ``variant``: the cube.method name when it is a train.variants entry.
+    method: Literal["full", "lora", "prefix", "prompt", "head", "dpzero"] = "full"
+    variant: str | None = None
     optimizer: Literal["adam", "sgd"] = "adam"
     clip_norm: float = Field(1.0, gt=0)
     # Physical batch (memory only: the logical Poisson batch b and the accounting do not depend on it):
@@ -345,6 +432,29 @@ class TrainParams(_Section):
     sampler: Literal["poisson"] = "poisson"
     log_every: int = Field(1, ge=1)
     lora: LoraParams = LoraParams()
+    prefix: PrefixParams = PrefixParams()
+    prompt: PromptParams = PromptParams()
+    head: HeadParams = HeadParams()
+    dpflat: DPFlatParams = DPFlatParams()
+    dpzero: DPZeroParams = DPZeroParams()
+    variants: dict[str, VariantParams] = {}  # named cube.method values, e.g. {dpflat: {method: prefix, dpflat: {...}}}
+
+    @property
+    def run_method(self) -> str:
+        """The cube.method name of the run being trained (its random streams and file names use it)."""
+        return self.variant or self.method
+
+    @field_validator("variants")
+    @classmethod
+    def _variant_names(cls, v: dict) -> dict:
+        for name in v:
+            if name in ADAPTATION_METHODS:
+                raise ParamError("a variant may not reuse a built-in method's name", name,
+                                 f"a new name (built-in: {', '.join(ADAPTATION_METHODS)})")
+            if not re.fullmatch(r"[a-z][a-z0-9_]*(-[a-z0-9_]+)*", name):
+                raise ParamError("not a valid method name (lower-case letters, digits, _ and -; it names files)",
+                                 name, "e.g. dpflat-strict")
+        return v
 
     @field_validator("micro_batch_size", mode="before")
     @classmethod
@@ -365,6 +475,7 @@ class CubeParams(_Section):
     learning_rate: list[int | float]
     seed: list[int]
     unit: list[str] = ["record"]  # privacy units (empriv/privacy_unit.py): record, group-k5-longest, userwise-k10-chunk
+    method: list[str] = ["full"]  # adaptation methods (ADAPTATION_METHODS) or train.variants names
 
     @field_validator("unit")
     @classmethod
@@ -399,7 +510,7 @@ class CubeParams(_Section):
                 raise ParamError("must be > 0", x, "a finite number > 0", index=i)
         return v
 
-    @field_validator("epsilon", "batch_size", "steps", "learning_rate", "seed", "unit")
+    @field_validator("epsilon", "batch_size", "steps", "learning_rate", "seed", "unit", "method")
     @classmethod
     def _nonempty_unique(cls, v: list) -> list:
         if not v:
@@ -529,7 +640,6 @@ class AuditParams(_Section):
     """The audit cube (audit@<config>: train with canaries, then audit) and the audit's rules."""
 
     cube: CubeParams = Field(default_factory=_default_audit_cube)
-    method: Literal["full", "lora"] | None = None  # null: train.method (LoRA audits also train the embeddings)
     rule: Literal["top_r", "split_half"] = "top_r"
     guesses: int = Field(100, ge=1)  # r for top_r
     guess_side: Literal["members", "both"] = "members"
@@ -601,6 +711,67 @@ class Params(_Section):
     # the raw files outside the repository that params name, as DVC deps (dvc.yaml's input@<key> stages): corpus =
     # data.path, overrides = secrets.overrides, base = a local base.name; {} for the built-in sources and bases
     inputs: dict[str, str] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            train, audit = raw.get("train"), raw.get("audit")
+            for section, key, where in ((train, "method", "cube.method"), (train, "variant", "cube.method"),
+                                        (audit, "method", "audit.cube.method")):
+                if isinstance(section, dict) and key in section:
+                    prefix = "train" if section is train else "audit"
+                    raise ParamError(f"moved to {where}: the adaptation method is an axis of the cube now (a list)",
+                                     section[key], f"{where}: [{section[key] or 'full'}]", key=f"{prefix}.{key}")
+        return raw
+
+    @model_validator(mode="after")
+    def _methods(self) -> "Params":
+        t = self.train
+        for where, cube in (("cube", self.cube), ("audit.cube", self.audit.cube)):
+            for i, name in enumerate(cube.method):
+                if name not in ADAPTATION_METHODS and name not in t.variants:
+                    known = ADAPTATION_METHODS + tuple(t.variants)
+                    raise ParamError("unknown method" + _did_you_mean(name, known), name,
+                                     f"{', '.join(ADAPTATION_METHODS)}, or a train.variants name", key=f"{where}.method[{i}]")
+        for name in dict.fromkeys([*self.cube.method, *self.audit.cube.method]):
+            resolved = self.for_method(name).train
+            if resolved.dpflat.enabled and resolved.method != "prefix":
+                what = "train.dpflat" if name in ADAPTATION_METHODS or self.train.variants[name].dpflat is None \
+                    else f"train.variants.{name}.dpflat"
+                raise ParamError(f"DP-Flat switches (awp, layer_elimination, kd) need prefix tuning, but cube method "
+                                 f"{name!r} trains {resolved.method!r}", resolved.method,
+                                 "method prefix, or every DP-Flat switch off", key=what)
+            steps = self.cube.steps if name in self.cube.method else []
+            steps = [*steps, *(self.audit.cube.steps if name in self.audit.cube.method else [])]
+            if resolved.dpflat.awp and steps and resolved.dpflat.awp_steps > min(steps):
+                raise ParamError(f"E (AWP steps) must be <= T = {min(steps)}, the fewest steps of a cube run with "
+                                 f"method {name!r}", resolved.dpflat.awp_steps, f"an integer in [0, {min(steps)}]",
+                                 key="train.dpflat.awp_steps")
+            layers = resolved.prefix.layers
+            if resolved.dpflat.layer_elimination and resolved.dpflat.target_layers is not None and layers is not None \
+                    and resolved.dpflat.target_layers > len(layers):
+                raise ParamError(f"cannot keep more layers than train.prefix.layers has ({len(layers)})",
+                                 resolved.dpflat.target_layers, f"an integer in [1, {len(layers)}]",
+                                 key="train.dpflat.target_layers")
+        return self
+
+    def for_method(self, name: str) -> "Params":
+        """These params with ``train`` set up for the cube method ``name``: ``train.method`` is its adaptation and a
+        ``train.variants`` entry replaces the train sections it names. Every stage trains, scores and audits a run
+        through ``params.for_method(run.method)``, so library code reads ``params.train.method``."""
+        t = self.train
+        if name in ADAPTATION_METHODS:
+            return self.model_copy(update={"train": t.model_copy(update={"method": name, "variant": None})})
+        if name not in t.variants:
+            raise ConfigError(f"cube.method: unknown method {name!r} (allowed: {', '.join(ADAPTATION_METHODS)}, or a "
+                              "train.variants name)")
+        v = t.variants[name]
+        update = {"method": v.method, "variant": name}
+        for section in ("lora", "prefix", "prompt", "head", "dpflat", "dpzero"):
+            if getattr(v, section) is not None:
+                update[section] = getattr(v, section)
+        return self.model_copy(update={"train": t.model_copy(update=update)})
 
     @model_validator(mode="after")
     def _inputs(self) -> "Params":
@@ -682,8 +853,8 @@ class Params(_Section):
     def audit_runs(self) -> list["RunConfig"]:
         """The audit cube's configurations (each trained with canaries by audit@<config>)."""
         c = self.audit.cube
-        return [RunConfig(e, b, t, lr, s, u) for e, b, t, lr, s, u
-                in product(c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed, c.unit)]
+        return [RunConfig(e, b, t, lr, s, u, m) for e, b, t, lr, s, u, m
+                in product(c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed, c.unit, c.method)]
 
     def user_audit_ks(self) -> list[int]:
         """The distinct k of the audit cube's user-level units: the canaries stage draws one set of canary units
@@ -697,8 +868,8 @@ class Params(_Section):
 
     def runs(self) -> list["RunConfig"]:
         c = self.cube
-        return [RunConfig(e, b, t, lr, s, u) for e, b, t, lr, s, u
-                in product(c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed, c.unit)]
+        return [RunConfig(e, b, t, lr, s, u, m) for e, b, t, lr, s, u, m
+                in product(c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed, c.unit, c.method)]
 
 
 def format_number(x: float | int) -> str:
@@ -722,6 +893,7 @@ class RunConfig:
     learning_rate: float
     seed: int
     unit: str = "record"
+    method: str = "full"  # cube.method: an adaptation method or a train.variants name
 
     @property
     def private(self) -> bool:
@@ -741,18 +913,19 @@ class RunConfig:
 
     @property
     def name(self) -> str:
-        """The configuration's name: the point name, plus ``-<unit>`` for a user-level unit."""
-        return self.point_name + self.privacy_unit.suffix
+        """The configuration's name: the point name, ``-<unit>`` for a user-level unit, and ``-<method>``."""
+        return self.point_name + self.privacy_unit.suffix + f"-{self.method}"
 
     @property
     def file_stem(self) -> str:
-        """Where the run's files live below a per-run directory: ``<unit>/<point name>`` (as dvc.yaml builds it)."""
-        return f"{self.unit}/{self.point_name}"
+        """Where the run's files live below a per-run directory: ``<unit>/<method>/<point name>`` (as dvc.yaml
+        builds it)."""
+        return f"{self.unit}/{self.method}/{self.point_name}"
 
     @property
     def group(self) -> str:
         """The configuration without its seed (runs that differ only by seed share a group)."""
-        return self.point_name.rsplit("-s", 1)[0] + self.privacy_unit.suffix
+        return self.point_name.rsplit("-s", 1)[0] + self.privacy_unit.suffix + f"-{self.method}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -762,6 +935,7 @@ class RunConfig:
             "learning_rate": self.learning_rate,
             "seed": self.seed,
             **({"unit": self.unit} if self.unit != "record" else {}),
+            "method": self.method,
         }
 
 
@@ -980,12 +1154,14 @@ def run_from_args(params: Params, args, *, audit: bool = False) -> RunConfig:
     except ParamError as err:
         raise ConfigError(f"--epsilon: {err.text()}") from None
     unit = getattr(args, "unit", None) or "record"
-    wanted = RunConfig(epsilon, int(args.batch_size), int(args.steps), float(args.learning_rate), int(args.seed), unit)
+    method = getattr(args, "method", None) or "full"
+    wanted = RunConfig(epsilon, int(args.batch_size), int(args.steps), float(args.learning_rate), int(args.seed), unit,
+                       method)
     runs = params.audit_runs() if audit else params.runs()
     matches = [r for r in runs if r == wanted]  # 2 == 2.0: compare values, then take the cube's own run
     if not matches:
         given = f"eps{args.epsilon}-b{args.batch_size}-T{args.steps}-lr{args.learning_rate}-s{args.seed}"
-        given += "" if unit == "record" else f" (unit {unit})"
+        given += ("" if unit == "record" else f" (unit {unit})") + ("" if method == "full" else f" (method {method})")
         raise ConfigError(f"configuration {given} is not in params.yaml's {'audit.cube' if audit else 'cube'}")
     run = matches[0]
     if args.name not in (run.name, run.point_name):

@@ -253,7 +253,7 @@ def configuration_config(params, run, *, method: str | None = None) -> dict:
         "steps": run.steps,
         "learning_rate": run.learning_rate,
         "seed": run.seed,
-        "method": method or params.train.method,
+        "method": method or getattr(run, "method", None) or params.train.run_method,
         **dump,
     })
 
@@ -672,7 +672,7 @@ def open_configuration_run(params, run, *, section: str, scrub: SecretScrubber, 
     """The W&B run of configuration ``run`` (a :class:`~empriv.config.RunConfig`) for stage part ``section``:
     named after the configuration, grouped by :func:`study_group`, tagged with ε and the method, its config
     :func:`configuration_config`."""
-    method = method or params.train.method
+    method = method or getattr(run, "method", None) or params.train.run_method
     return open_run(project=params.runtime.wandb_project, group=study_group(), name=run.name, section=section,
                     mode=params.runtime.wandb_mode, scrub=scrub, job_type=CONFIGURATION_JOB,
                     config=configuration_config(params, run, method=method),

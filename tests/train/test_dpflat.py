@@ -1,4 +1,4 @@
-"""empriv.adapt.dpflat: AWP perturbation and step, KD gradient after privatisation (vs. a naive loss term),
+"""empriv.train.dpflat: AWP perturbation and step, KD gradient after privatisation (vs. a naive loss term),
 the non-private copy, line sharpness on quadratics, greedy elimination (analytic scores and a constructed
 prefix case), one-line errors, and the DP-Flat loop."""
 
@@ -11,7 +11,7 @@ import torch
 
 from empriv.models.adaptations import dp_step, per_sample_gradients, prepare_adaptation
 from empriv.models.lm import encode_fixed, per_sample_mean_nll
-from empriv.adapt.dpflat import (
+from empriv.train.dpflat import (
     AWP_PUBLISHED_CAVEAT,
     ELIMINATION_PRIVATE_CAVEAT,
     KD_PRIVATE_CAVEAT,

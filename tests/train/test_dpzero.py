@@ -1,4 +1,4 @@
-"""empriv.adapt.dpzero: soft-prompt losses, the DPZero estimator (exact on quadratics, clipping, noise),
+"""empriv.train.dpzero: soft-prompt losses, the DPZero estimator (exact on quadratics, clipping, noise),
 the MeZO path against a naive in-place MeZO loop, determinism, frozen weights, learning, accounting."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from empriv.models.lm import encode_fixed, per_sample_mean_nll
 from empriv.privacy.accounting import calibrate_noise_multiplier, epsilon_for
-from empriv.adapt.dpzero import (
+from empriv.train.dpzero import (
     DIRECTION_STREAM,
     calibrate_dpzero,
     dpzero_epsilon,

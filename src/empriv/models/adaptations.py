@@ -13,7 +13,7 @@ Methods (:data:`METHODS`), all prepared by :func:`prepare_adaptation`:
   MLP train.
 - ``prompt``: P trainable input embeddings prepended to every sequence (soft prompt, Lester et al.
   2021). The virtual tokens take positions 0..P−1 and the real tokens P..P+L−1 (as in
-  :func:`empriv.adapt.dpzero.soft_prompt_losses`); the model returns logits for the real tokens only,
+  :func:`empriv.train.dpzero.soft_prompt_losses`); the model returns logits for the real tokens only,
   so :func:`empriv.models.lm.per_sample_mean_nll` is the loss on real tokens, unchanged.
 - ``head``: only the output layer trains, chosen by ``head_target``:
   ``"lm_head"`` (default) trains the LM head W_out [V, d]. GPT-2 (and SmolLM2) tie it to the input

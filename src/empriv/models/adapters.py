@@ -138,16 +138,56 @@ def _is_gpt2(model: nn.Module) -> bool:
     return getattr(config, "model_type", None) == "gpt2"
 
 
+ADAPTER_SPEC = "empriv_adapter.json"
+ADAPTER_WEIGHTS = "empriv_adapter.safetensors"
+VIRTUAL_TOKEN_METHODS = ("prefix", "prompt", "dpzero")  # saved as empriv adapters (peft cannot hold a layer-sparse prefix)
+
+
+def _save_virtual_tokens(model: nn.Module, directory: Path, base_directory, include_base: bool) -> None:
+    """A prefix- or prompt-tuned model: the trainable module's tensors (safetensors) and what rebuilds it
+    (``empriv_adapter.json``: method, P, layers, MLP), plus the base model itself when ``include_base`` (an audit
+    model whose base gained new-token rows) — else the base's absolute path."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from empriv.models.adaptations import PrefixTunedLM, PromptTunedLM
+
+    if isinstance(model, PrefixTunedLM):
+        enc = model.prefix
+        spec = {"method": "prefix", "n_virtual": enc.n_virtual, "layers": list(enc.layers),
+                "reparameterize": enc.reparameterize,
+                "hidden": enc.mlp[0].out_features if enc.reparameterize else None}
+        state = enc.state_dict()
+    elif isinstance(model, PromptTunedLM):
+        spec = {"method": "prompt", "n_virtual": model.n_virtual}
+        state = model.prompt.state_dict()
+    else:
+        raise ValueError(f"a prefix/prompt adapter is saved from PrefixTunedLM or PromptTunedLM, got {type(model).__name__}")
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in state.items()}, str(directory / ADAPTER_WEIGHTS))
+    if include_base:
+        save_finetuned(model.base, "full", directory)
+        spec["base"] = "."
+    elif base_directory is not None:
+        spec["base"] = str(Path(base_directory).resolve())
+    (directory / ADAPTER_SPEC).write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n")
+
+
 def save_finetuned(model: nn.Module, method: str, directory: str | Path, *, tokenizer_dir: str | Path | None = None,
-                   base_directory: str | Path | None = None) -> None:
-    """Save full weights (GPT-2 as a standard GPT-2 again) or the LoRA adapter, as safetensors.
+                   base_directory: str | Path | None = None, include_base: bool = False) -> None:
+    """Save full weights (GPT-2 as a standard GPT-2 again), the LoRA adapter, or a prefix/prompt adapter, as
+    safetensors. ``head`` is saved as a full model (its LM head untied: ``tie_word_embeddings`` false).
 
     ``tokenizer_dir``: copy its Hugging Face tokenizer files next to the weights. ``base_directory``:
     for an adapter, record the base's absolute path, so peft's ``AutoPeftModelForCausalLM`` finds it
     from any working directory (empriv's own :func:`load_finetuned` is told the base explicitly).
+    ``include_base`` (prefix/prompt): save the wrapped base model in the same directory (audit models).
     """
     directory = Path(directory)
-    if method == "full":
+    if method in VIRTUAL_TOKEN_METHODS:
+        _save_virtual_tokens(model, directory, base_directory, include_base)
+    elif method in ("full", "head"):
         gpt2 = _is_gpt2(model)
         if gpt2:
             linear_to_conv1d(model)
@@ -169,11 +209,38 @@ def save_finetuned(model: nn.Module, method: str, directory: str | Path, *, toke
         copy_hf_tokenizer(tokenizer_dir, directory)
 
 
+def _load_virtual_tokens(directory: Path, base_directory) -> nn.Module:
+    import json
+
+    from safetensors.torch import load_file
+
+    from empriv.models.adaptations import prepare_adaptation
+    from empriv.models.registry import load_model
+
+    spec = json.loads((directory / ADAPTER_SPEC).read_text())
+    base = load_model(directory if spec.get("base") == "." else base_directory)
+    if spec["method"] == "prefix":
+        model = prepare_adaptation(base, "prefix", n_virtual=spec["n_virtual"], layers=spec["layers"],
+                                   reparameterize=spec["reparameterize"], hidden=spec["hidden"] or 1, init_seed=0)
+        module = model.prefix
+    else:
+        model = prepare_adaptation(base, "prompt", n_virtual=spec["n_virtual"], init_seed=0)
+        module = model.prompt
+    module.load_state_dict(load_file(str(directory / ADAPTER_WEIGHTS)), strict=True)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.eval()
+    return model
+
+
 def load_finetuned(directory: str | Path, base_directory: str | Path) -> nn.Module:
-    """Load what :func:`save_finetuned` wrote: a full model, or base + LoRA adapter merged."""
+    """Load what :func:`save_finetuned` wrote: a full model (also head tuning), base + LoRA adapter merged, or base +
+    prefix/prompt adapter (a :class:`~empriv.models.adaptations.PrefixTunedLM` / ``PromptTunedLM``)."""
     from empriv.models.registry import load_model
 
     directory = Path(directory)
+    if (directory / ADAPTER_SPEC).exists():
+        return _load_virtual_tokens(directory, base_directory)
     if (directory / "adapter_config.json").exists():
         from peft import PeftModel
 

@@ -22,7 +22,7 @@ from empriv.pipeline.train import calibration_cache, encoded_train_split
 log = logging.getLogger("empriv.audit")
 
 # Facts of the audit run's training kept in its metrics (under "train").
-TRAIN_FACTS = ("method", "optimizer", "clip_norm", "n", "n_data", "n_canaries_included", "n_new_tokens", "delta",
+TRAIN_FACTS = ("method", "adaptation", "trainable_parameters", "also_trained", "optimizer", "clip_norm", "n", "n_data", "n_canaries_included", "n_new_tokens", "delta",
                "sample_rate", "steps", "noise_multiplier", "accountant", "epsilon_prv", "epsilon_rdp", "sampler",
                "final_loss", "empty_batches", "precision", "micro_batch_size", "threads", "random_streams")
 # and of a user-level audit run
@@ -47,9 +47,6 @@ def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_d
         cs = UserCanaries.load(where)
     else:
         cs = CanarySet.load(canaries_dir)
-    ap = params.audit
-    if ap.method is not None and ap.method != params.train.method:
-        params = params.model_copy(update={"train": params.train.model_copy(update={"method": ap.method})})
     tok = load_tokenizer()
     ids, mask = encoded_train_split(params, tok)
     # the audit's part of the configuration's W&B run: its training curve and its results (no canary ever)
@@ -65,14 +62,15 @@ def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker
     from empriv.io import atomic_dir, write_json, write_jsonl
     from empriv.models.adapters import save_finetuned
     from empriv.models.registry import resolve_device
-    from empriv.pipeline.train import user_level_inputs
+    from empriv.pipeline.train import public_inputs, user_level_inputs
     from empriv.train.finetune import train_model
 
     ap = params.audit
     user_level = run.privacy_unit.user_level
     model, train_metrics = train_model(params, run, load_base(), ids, mask, canaries=cs, tokenizer=tok, job_type="audit",
                                        tracker=tracker, calibration_cache=calibration_cache(),
-                                       **{k: v for k, v in user_level_inputs(run, tok).items() if k != "tokenizer"})
+                                       **{k: v for k, v in user_level_inputs(run, tok).items() if k != "tokenizer"},
+                                       **public_inputs(params, tok))
     delta = ap.delta if ap.delta is not None else train_metrics["delta"]
     model.eval()
     t_score = time.time()
@@ -100,11 +98,16 @@ def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker
         "wall_time_s": time.time() - t0,
     }
     with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
-        if params.train.method == "lora":
+        method = params.train.method
+        if method == "lora":
             # LoRA audits also train the embeddings (new-token rows): save the merged model whole.
             model = model.merge_and_unload()
-        # The tokenizer is the base's: new-token canaries are embedding rows past its vocabulary.
-        save_finetuned(model, "full", tmp, tokenizer_dir=paths.TOKENIZER_DIR)
+        # The tokenizer is the base's: new-token canaries are embedding rows past its vocabulary. A prefix/prompt
+        # audit model keeps its adapter beside its whole base (whose embeddings gained those rows).
+        if method in ("prefix", "prompt", "dpzero"):
+            save_finetuned(model, method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, include_base=True)
+        else:
+            save_finetuned(model, "full", tmp, tokenizer_dir=paths.TOKENIZER_DIR)
         write_jsonl(Path(tmp) / "canary_scores.jsonl", rows)
         write_json(Path(metrics_dir) / f"{run.file_stem}.json", out)
     track_audit(tracker, out)

@@ -24,12 +24,14 @@ def config_stage(main: Callable[[Params, RunConfig], None], description: str | N
     ap.add_argument("--seed", required=True, type=int)
     ap.add_argument("--unit", default="record", help="privacy unit (cube.unit): record, group-k<K>-<strategy>, "
                     "userwise-k<K>-<strategy>")
+    ap.add_argument("--method", default="full", help="adaptation method (cube.method): full, lora, prefix, prompt, "
+                    "head, dpzero or a train.variants name")
     args = ap.parse_args()
 
     def with_run(params: Params) -> None:
         run = run_from_args(params, args, audit=audit)
         set_threads(params)
-        main(params, run)
+        main(params.for_method(run.method), run)
 
     run_stage(with_run)
 

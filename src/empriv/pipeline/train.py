@@ -26,6 +26,22 @@ def encoded_train_split(params: Params, tok):
     return encode_fixed(tok.encode_batch(load_texts("train")), tok.eos_id, params.base.seq_len)
 
 
+def public_inputs(params: Params, tok) -> dict:
+    """The encoded public split, for the strict DP-Flat / DPZero variants that train something on public data only
+    (nothing for every other run: the split is not read)."""
+    t = params.train
+    f, z = t.dpflat, t.dpzero
+    wants = (t.method == "prefix" and ((f.layer_elimination and f.elimination_data == "public")
+                                       or (f.kd and f.kd_data == "public"))) \
+        or (t.method == "dpzero" and z.kd and z.kd_data == "public")
+    if not wants:
+        return {}
+    from empriv.models.lm import encode_fixed
+
+    ids, mask = encode_fixed(tok.encode_batch(load_texts("public")), tok.eos_id, params.base.seq_len)
+    return {"public_ids": ids, "public_mask": mask}
+
+
 def user_level_inputs(run: RunConfig, tok) -> dict:
     """What a user-level unit trains from besides the encoded records: each record's unit, its full token list and
     (perplexity strategies) its mean NLL under the initial base; nothing for a record-level run."""
@@ -60,7 +76,8 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     tok = load_tokenizer()
     ids, mask = encoded_train_split(params, tok)
     model, metrics = train_model(params, run, load_base(), ids, mask, scrub_secrets=secrets_to_scrub(),
-                                 calibration_cache=calibration_cache(), **user_level_inputs(run, tok))
+                                 calibration_cache=calibration_cache(), **user_level_inputs(run, tok),
+                                 **public_inputs(params, tok))
     with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
         save_finetuned(model, params.train.method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, base_directory=paths.BASE_DIR)
         write_json(Path(metrics_dir) / f"{run.file_stem}.json", metrics)

@@ -27,7 +27,7 @@ def score_model(params: Params, run: RunConfig, model, base_model, tokenizer, se
         utility = answer_nll if tofu else test_nll_of
         test_nll = utility(model, tokenizer, test_texts, params.base.seq_len, sp.eval_batch_size)
         # Sampled decoding draws from the run's own stream (empriv.randomness); controls are common to all runs.
-        streams = RunStreams.of(run, method=params.train.method)
+        streams = RunStreams.of(run, method=params.train.run_method)
         controls = make_controls(secrets, sp.n_controls, sp.seed)
         generator = streams.generator(f"generation:{sp.seed}")
         # One secret at a time for the progress report: the one generator is drawn from in the same order, so

@@ -345,6 +345,8 @@ def dpzero_prompt_tuning(
     micro_batch_size: int = 64,
     streams=None,
     on_step: Callable[[int, DPZeroStep], None] | None = None,
+    kd_target: torch.Tensor | None = None,
+    kd_lambda: float = 0.0,
 ) -> tuple[torch.Tensor, DPZeroResult]:
     """Train a soft prompt on (``ids``, ``mask``) with DPZero (σ = ``noise_multiplier``) or MeZO (σ None).
 
@@ -354,6 +356,11 @@ def dpzero_prompt_tuning(
     Random streams (``streams``, default :func:`dpzero_streams` of ``seed``): "sampler" (Poisson
     batches), "init" (random prompt), "noise" (the scalar DP noise), ``"noise:direction"`` (z).
     ``on_step(step, facts)`` is called after every step.
+
+    ``kd_target`` θ_nor (DP-Flat's black-box cross-model KD, spec B6): after each step θ also moves by
+    −η·λ·(θ − θ_nor)/‖θ − θ_nor‖₂ (``kd_lambda`` λ; nothing where θ = θ_nor). The term depends on θ and θ_nor
+    only, so given θ_nor it is post-processing of the released scalars; θ_nor trained on the private data is
+    the published variant's caveat (the caller records it), on public data the strict one.
     """
     from empriv.progress import progress
     from empriv.train.sampling import poisson_batches
@@ -366,6 +373,11 @@ def dpzero_prompt_tuning(
     sigma = _check_noise_multiplier(noise_multiplier)
     c = _check_clip_norm(clip_norm, sigma is not None)
     micro_batch_size = _check_count("micro_batch_size", micro_batch_size)
+    if isinstance(kd_lambda, bool) or not isinstance(kd_lambda, (int, float)) or not kd_lambda >= 0 \
+            or not math.isfinite(kd_lambda):
+        raise ValueError(f"kd_lambda must be a finite number >= 0, got {kd_lambda!r}")
+    if kd_target is not None and tuple(kd_target.shape) != (n_prompt, model.get_input_embeddings().weight.shape[1]):
+        raise ValueError(f"kd_target must be a prompt of shape [{n_prompt}, d], got {list(kd_target.shape)}")
     if ids.dim() != 2 or ids.shape != mask.shape or ids.shape[0] < 1:
         raise ValueError(f"ids and mask must both be [N >= 1, L], got {list(ids.shape)} and {list(mask.shape)}")
     n = int(ids.shape[0])
@@ -398,6 +410,11 @@ def dpzero_prompt_tuning(
                 batch_losses, prompt, learning_rate=lr, mu=mu, clip_norm=c, noise_multiplier=sigma,
                 expected_batch_size=b, direction_generator=directions, noise_generator=noise,
             )
+            if kd_target is not None and kd_lambda > 0:
+                diff = prompt - kd_target.to(device=prompt.device, dtype=prompt.dtype)
+                norm = float(diff.norm())
+                if norm > 0:
+                    prompt = prompt - lr * kd_lambda * diff / norm
             result.losses.append(facts.loss)
             result.batch_sizes.append(facts.batch_size)
             result.clipped_fractions.append(facts.clipped_fraction)
