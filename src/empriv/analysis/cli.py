@@ -27,6 +27,7 @@ def add_analyze_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--utility", default="test_nll", help="utility column (lower = better); default test_nll")
     p.add_argument("--max-utility", type=float, default=None, help="utility threshold u: pool = configurations with utility ≤ u")
     p.add_argument("--epsilon", default=None, help="ε of the pool (number or inf); needed if the table has several")
+    p.add_argument("--method", default=None, help="adaptation method of the pool (full, lora …); needed if the table has several")
     p.add_argument("--json", action="store_true", help="print JSON")
     return analyze
 
@@ -41,15 +42,23 @@ def _parse_eps(text: str) -> float:
 
 
 def select_from_table(table, score: str, utility: str = "test_nll", max_utility: float | None = None,
-                      epsilon: float | None = None) -> dict:
-    """The CLI's computation: pool → Algorithm 1 pick + baselines + the oracle (when the score is known)."""
+                      epsilon: float | None = None, method: str | None = None) -> dict:
+    """The CLI's computation: pool → Algorithm 1 pick + baselines + the oracle (when the score is known). A table
+    with several adaptation methods needs ``method`` (Algorithm 1 compares hyperparameters of one method)."""
     import polars as pl
 
     from empriv.analysis.selection import best_utility, point_label, select_configuration, worst_utility
-    from empriv.analysis.table import config_table, epsilon_label, require_columns
+    from empriv.analysis.table import config_table, epsilon_label, require_columns, table_methods
 
     require_columns(table, [score], "score")
     require_columns(table, [utility], "utility")
+    methods = table_methods(table)
+    if method is not None:
+        if method not in methods:
+            raise ValueError(f"--method {method} is not in the table; it has {methods or ['(no method column)']}")
+        table = table.filter(pl.col("method") == method)
+    elif len(methods) > 1:
+        raise ValueError(f"the table holds several methods {methods}: choose one with --method")
     eps_values = sorted(table["epsilon"].unique().to_list())
     if epsilon is None:
         if len(eps_values) > 1:
@@ -80,7 +89,8 @@ def select_from_table(table, score: str, utility: str = "test_nll", max_utility:
         return {"config": point_label(p), "batch_size": p["batch_size"], "steps": p["steps"],
                 "learning_rate": p["learning_rate"], utility: p[utility], score: p.get(score)}
 
-    return {"epsilon": epsilon_label(epsilon), "score": score, "utility": utility, "max_utility": max_utility,
+    return {"epsilon": epsilon_label(epsilon), "method": methods[0] if method is None and methods else method,
+            "score": score, "utility": utility, "max_utility": max_utility,
             "n_pool": configs.height, "n_configs": n_all, "n_without_score": n_without,
             "picks": {m: view(p) for m, p in picks.items()}, "oracle": view(oracle) if oracle else None,
             "steps": sel.steps}
@@ -113,7 +123,7 @@ def run(args) -> int:
     try:
         table = read_run_table(args.runs)
         eps = _parse_eps(args.epsilon) if args.epsilon is not None else None
-        res = select_from_table(table, args.score, args.utility, args.max_utility, eps)
+        res = select_from_table(table, args.score, args.utility, args.max_utility, eps, getattr(args, "method", None))
     except ValueError as err:
         print(f"empriv analyze select: error: {err}", file=sys.stderr)
         return 2

@@ -71,7 +71,8 @@ def plot_variance(analysis: dict, out: Path) -> Path | None:
             top = max(vals) if vals else 0.0
             ax.annotate(format_value(g["std"]), (i, top), xytext=(0, 6), textcoords="offset points", ha="center", fontsize=8)
         ax.set_xticks(range(len(groups)))
-        ax.set_xticklabels(["ε=" + " ".join(g["group"].values()) for g in groups])
+        ax.set_xticklabels(["ε=" + " · ".join(g["group"].values()) for g in groups],
+                           rotation=30 if len(groups) > 4 else 0, ha="right" if len(groups) > 4 else "center")
         ax.set_title(s + (" (utility)" if s == analysis["utility"] else ""))
         ax.margins(y=0.2)
     for ax in list(axes.flat)[n:]:
@@ -307,7 +308,76 @@ def write_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
                                                     "absolute_risk"], rows))
     paths.append(_write_csv(out_dir / "selection.csv", ["epsilon", "epsilon_label", "score", "threshold", "method", "config",
                                                         "score_value", "oracle_score"], lay))
+    if analysis.get("adaptation_audit"):
+        from empriv.analysis.adaptation_audit import write_adaptation_plot_data
+
+        paths.append(write_adaptation_plot_data(analysis["adaptation_audit"], out_dir / "adaptation_audit.csv"))
     return paths
+
+
+def plot_methods(analysis: dict, out: Path) -> Path | None:
+    """Every configuration's primary score against its utility, one colour per adaptation method, one panel per ε
+    (filled: kept by the method's retention rule; hollow: not kept)."""
+    m = analysis.get("methods")
+    if not m or not m.get("primary_score"):
+        return None
+    primary, utility = m["primary_score"], m["utility"]
+    points = [p for p in m["points"] if p["primary"] is not None and p["utility"] is not None]
+    if not points:
+        return None
+    labels = list(dict.fromkeys(p["epsilon"] for p in m["points"]))
+    labels.sort(key=lambda e: math.inf if e == "inf" else float(e))
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(labels), figsize=(4.2 * len(labels), 3.6), squeeze=False)
+    colors = {meth: f"C{i % 10}" for i, meth in enumerate(m["methods"])}
+    for ax, e in zip(axes[0], labels):
+        for meth in m["methods"]:
+            pts = [p for p in points if p["epsilon"] == e and p["method"] == meth]
+            if not pts:
+                continue
+            kept = [p for p in pts if p["kept"]]
+            dropped = [p for p in pts if not p["kept"]]
+            ax.scatter([p["utility"] for p in kept], [p["primary"] for p in kept], color=colors[meth], s=22,
+                       label=meth)
+            if dropped:
+                ax.scatter([p["utility"] for p in dropped], [p["primary"] for p in dropped], facecolors="none",
+                           edgecolors=colors[meth], s=22, label=None if kept else meth)
+        ax.set_title(f"ε = {epsilon_display(e)}")
+        ax.set_xlabel(f"{utility} (lower = better utility)")
+        ax.set_ylabel(primary)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Adaptation methods: {primary} vs {utility} per configuration (hollow: dropped by the retention rule)")
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_audit_spread(analysis: dict, out: Path) -> Path | None:
+    """Audited ε̂ against the primary score of every audited configuration, one panel per finite ε (and method)
+    with ≥ 3 of them, each point labelled with its configuration and the panel with Spearman's ρ."""
+    spread = analysis.get("audit_spread") or {}
+    primary = analysis.get("primary_score")
+    if not spread.get("eligible") or not primary:
+        return None
+    lead = spread["epsilon_columns"][0]
+    groups = [(k, g) for k, g in spread["groups"].items() if g.get("eligible")]
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.6 * len(groups), 3.8), squeeze=False)
+    for ax, (key, g) in zip(axes[0], groups):
+        pts = [r for r in g["ranking"] if r.get(primary) is not None and r.get(lead) is not None]
+        ax.scatter([r[primary] for r in pts], [r[lead] for r in pts], color="C3", s=26)
+        for r in pts:
+            name = r["config"].split("-", 1)[1] if r["config"].startswith("eps") and "-" in r["config"] else r["config"]
+            ax.annotate(name, (r[primary], r[lead]), xytext=(3, 3), textcoords="offset points", fontsize=6)
+        c = g["correlations"].get(f"{lead}~{primary}", {})
+        rho = (f"ρ = {c['rho']:.2f} (p = {c['p']:.2g}, n = {c['n']})" if c.get("rho") is not None
+               else f"ρ undefined: {c.get('reason')}")
+        ax.set_title(f"ε = {epsilon_display(g['epsilon'])}{' · ' + g['method'] if g.get('method') else ''}\n{rho}",
+                     fontsize=8)
+        ax.set_xlabel(f"{primary} (main cube, seed mean)")
+        ax.set_ylabel(f"ε̂ ({lead})")
+    fig.suptitle("Audited ε̂ vs empirical privacy at equal ε")
+    fig.tight_layout()
+    return _save(fig, out)
 
 
 def make_figures(analysis: dict, configs, out_dir: Path) -> dict[str, Path]:
@@ -320,4 +390,14 @@ def make_figures(analysis: dict, configs, out_dir: Path) -> dict[str, Path]:
         figs["heuristics"] = plot_heuristics(analysis, primary, out_dir / "heuristics.png")
         figs["selection"] = plot_layout(analysis, configs, primary, utility, out_dir / "selection.png")
         figs["risks"] = plot_risks(analysis, primary, out_dir / "risks.png")
+    if analysis.get("methods"):
+        figs["methods"] = plot_methods(analysis, out_dir / "methods.png")
+    if (analysis.get("audit_spread") or {}).get("eligible"):
+        figs["audit_spread"] = plot_audit_spread(analysis, out_dir / "audit_spread.png")
+    if analysis.get("adaptation_audit"):
+        from empriv.analysis.adaptation_audit import plot_adaptation_audit, plot_pretraining_leakage
+
+        figs["adaptation_audit"] = plot_adaptation_audit(analysis["adaptation_audit"], out_dir / "adaptation_audit.png")
+        figs["adaptation_pretraining"] = plot_pretraining_leakage(analysis["adaptation_audit"],
+                                                                  out_dir / "adaptation_pretraining.png")
     return {k: v for k, v in figs.items() if v is not None}

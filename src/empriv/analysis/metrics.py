@@ -48,21 +48,44 @@ def _stats(vals: list[float]) -> dict:
 
 def summary_metrics_by_unit(table, scores: list[str], utility: str, base_utility: float | None,
                             main_unit: str = "record") -> dict:
-    """:func:`summary_metrics` of the ``main_unit`` runs (keys ``eps8``…, as before privacy units existed), plus for
-    every other privacy unit its per-ε entries under ``eps8-<unit>`` (record- and user-level side by side)."""
+    """:func:`summary_metrics` of the runs of the main privacy unit and the main adaptation method (keys ``eps8``…,
+    as before units and methods existed), plus every other (unit, method) pair of the table under
+    ``eps8-<unit>`` (another privacy unit, main method), ``eps8-<method>`` (main unit, another method) or
+    ``eps8-<unit>-<method>``. The main method is full fine-tuning when present
+    (:func:`empriv.analysis.table.main_method`). A table with one unit and one method gives exactly
+    :func:`summary_metrics` (no new keys)."""
     import polars as pl
 
-    if "unit" not in table.columns or table["unit"].n_unique() <= 1:
+    from empriv.analysis.table import main_method, table_methods
+
+    units = list(dict.fromkeys(table["unit"].to_list())) if "unit" in table.columns else []
+    methods = table_methods(table)
+    if len(units) <= 1 and len(methods) <= 1:
         return summary_metrics(table, scores, utility, base_utility)
-    out = summary_metrics(table.filter(pl.col("unit") == main_unit), scores, utility, base_utility)
+    main_u = main_unit if main_unit in units else (units[0] if units else None)
+    main_m = main_method(methods) if methods else None
+
+    def part(u, m):
+        t = table
+        if u is not None:
+            t = t.filter(pl.col("unit") == u)
+        if m is not None:
+            t = t.filter(pl.col("method") == m)
+        return t
+
+    out = summary_metrics(part(main_u, main_m), scores, utility, base_utility)
     out["n_runs"], out["n_configs"] = table.height, table.select(["group", "epsilon"]).unique().height
-    for unit in dict.fromkeys(table["unit"].to_list()):
-        if unit == main_unit:
-            continue
-        sub = summary_metrics(table.filter(pl.col("unit") == unit), scores, utility, None)
-        for key, entry in sub.items():
-            if key.startswith("eps"):
-                out[f"{key}-{unit}"] = entry
+    for u in units or [None]:
+        for m in methods or [None]:
+            if u == main_u and m == main_m:
+                continue
+            sub = part(u, m)
+            if sub.height == 0:
+                continue
+            suffix = "-".join(x for x in (u if u != main_u else None, m if m != main_m else None) if x)
+            for key, entry in summary_metrics(sub, scores, utility, None).items():
+                if key.startswith("eps"):
+                    out[f"{key}-{suffix}"] = entry
     return out
 
 
@@ -151,6 +174,35 @@ def analysis_metrics(analysis: dict) -> dict:
             if m in risks:
                 per.setdefault(label, {})[f"risk_{m}"] = risks[m]["absolute_risk"]
     out[s] = {_key(label): v for label, v in per.items()}
+    # other adaptation methods (the table held several): Table 8's two standard deviations per ε, keyed eps8-<method>
+    methods = analysis.get("methods") or {}
+    for m in methods.get("methods", [])[1:]:
+        for label, d in methods.get("seed_vs_configuration", {}).get(m, {}).get(s, {}).items():
+            out[s][f"{_key(label)}-{m}"] = {"std_configs": d["hyperparameter"], "std_seeds": d["randomness"]}
+    spread = audit_spread_metrics(analysis.get("audit_spread"), s, analysis.get("utility"))
+    if spread:
+        out["audit_spread"] = spread
+    return out
+
+
+def audit_spread_metrics(spread: dict | None, primary: str, utility: str | None) -> dict:
+    """The audit spread's headline (only groups with ≥ 3 audited configurations): per finite ε (and method) the number
+    of audited configurations ``n`` and Spearman's ρ with its p-value of the first ε̂ column (95 %) against the primary
+    score (``rho_score``, ``p_score``) and the utility (``rho_utility``, ``p_utility``); null where undefined (n < 3
+    with both values, or a constant column — records/analysis.json says which)."""
+    if not spread or not spread.get("eligible"):
+        return {}
+    lead = spread["epsilon_columns"][0]
+    out = {}
+    for key, g in spread["groups"].items():
+        if not g.get("eligible"):
+            continue
+        corr = g["correlations"]
+        entry: dict = {"n": g["n_audited"]}
+        for name, col in (("score", primary), ("utility", utility)):
+            c = corr.get(f"{lead}~{col}") or {}
+            entry[f"rho_{name}"], entry[f"p_{name}"] = c.get("rho"), c.get("p")
+        out[_key(key)] = entry
     return out
 
 

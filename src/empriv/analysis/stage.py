@@ -70,12 +70,25 @@ def value_coverage(table, configs, scores: list[str], by: str = "epsilon") -> di
 
 def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_nll", base_utility: float | None = None,
                      retention_fraction: float = 0.9, monte_carlo_trials: int = 5000, seed: int = 0,
-                     group_by: tuple[str, ...] = ("epsilon",)) -> tuple[dict, object]:
+                     group_by: tuple[str, ...] = ("epsilon",),
+                     audit_outside_cube: list[str] | None = None) -> tuple[dict, object]:
     """Every statistic of the report from the run table (pure computation). Returns (analysis, retained configurations).
 
     Scores in ``privacy_scores`` that are absent or have no value are skipped and named in ``notes``.
+
+    A table with several adaptation methods (``method`` column): the per-configuration statistics (retention,
+    regression, heuristics, selection, correlations) cover the main method's runs (full fine-tuning when present,
+    :func:`empriv.analysis.table.main_method`); ``variance`` is per ε *and* method over every method, and
+    ``methods`` holds the per-method comparison (:func:`empriv.analysis.methods.method_comparison`). With one method
+    the analysis has no ``methods`` key. ``audit_spread``: ε̂ ranked and correlated across the audited
+    configurations at each finite ε (:func:`empriv.analysis.audit_spread.audit_spread`); ``audit_outside_cube``
+    names audit runs without a main-cube run (reported there).
     """
     import polars as pl
+
+    from empriv.analysis.audit_spread import EPS_HAT_COLUMNS, audit_spread
+    from empriv.analysis.methods import method_comparison
+    from empriv.analysis.table import main_method, table_methods
 
     from empriv.analysis.heuristics import heuristics_by_group
     from empriv.analysis.regression import regressions
@@ -86,6 +99,14 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
 
     require_columns(table, [utility], "utility")
     notes = []
+    methods = table_methods(table)
+    every_method = table
+    main = main_method(methods) if len(methods) > 1 else None
+    if main is not None:
+        table = table.filter(pl.col("method") == main)
+        notes.append(f"adaptation methods {', '.join([main, *[m for m in methods if m != main]])}: regression, "
+                     f"heuristics, selection and correlations cover the {main} runs; the variance (per ε and method) "
+                     "and the 'Adaptation methods' section cover every method, each with its own retention rule")
     scores = [s for s in dict.fromkeys(privacy_scores) if available(table, s)]
     skipped = [s for s in dict.fromkeys(privacy_scores) if s not in scores]
     if skipped:
@@ -167,6 +188,19 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
         notes.append(f"primary score {primary}: {'; '.join(why)} (nothing to rank or select on), so the figures use "
                      f"{primary}")
 
+    spread_columns = [c for c in dict.fromkeys(scores + [utility] + [c for c in EPS_HAT_COLUMNS
+                                                                      if c in every_method.columns])]
+    spread = audit_spread(config_table(every_method, spread_columns, by=["method"]), scores=scores, utility=utility,
+                          primary=primary, outside_cube=audit_outside_cube)
+    if spread["outside_cube"]:
+        notes.append(f"{len(spread['outside_cube'])} audit run(s) have no main-cube run of the same name (no scores to "
+                     f"correlate ε̂ with): {', '.join(spread['outside_cube'][:5])}")
+    method_section = None
+    if main is not None:
+        method_section = method_comparison(every_method, scores=scores, utility=utility, primary=primary,
+                                           base_utility=base_utility, retention_fraction=retention_fraction)
+        variance = method_section.pop("variance")
+
     finite = [e for e in sorted(configs["epsilon"].unique().to_list()) if math.isfinite(e)]
     focus = epsilon_label(finite[-1]) if finite else (epsilon_label(configs["epsilon"].max()) if configs.height else "inf")
     analysis = {
@@ -177,8 +211,11 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
         "retention_fraction": retention_fraction, "retention": retention,
         "coverage": coverage, "variance": variance, "seed_vs_configuration": svc, "regression": regression, "heuristics": heuristics,
         "selection": selection, "correlations": correlations, "monte_carlo_trials": monte_carlo_trials, "seed": seed,
-        "notes": notes,
+        "audit_spread": spread, "notes": notes,
     }
+    if method_section is not None:
+        analysis["methods"] = method_section
+        analysis["n_runs_all_methods"] = every_method.height
     return analysis, configs
 
 

@@ -3,6 +3,13 @@
 Also the per-configuration view (seed means and seed standard deviations) and the research's
 retention rule (keep configurations achieving ≥ 90 % of the utility gain from the base model to the
 best run).
+
+Record layouts (both are read, so a tree written before the cube had a method axis still loads):
+
+- ``<kind>/<unit>/<method>/<point>.json`` — the cube's ``method`` axis; the run's name is
+  ``<point>[-<unit suffix>]-<method>``;
+- ``<kind>/<unit>/<point>.json`` — one method per cube; the method is the record's ``method`` key ("full"
+  when it has none). Such a file stands for a run of another method only if its ``method`` says so.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from empriv.config import ConfigError, Params
 from empriv.io import parse_float, read_json
 
 TRAIN_COLUMNS = ("noise_multiplier", "sample_rate", "delta", "epsilon_prv", "epsilon_rdp", "accountant", "sampler",
-                 "method", "final_loss", "wall_time_s",
+                 "final_loss", "wall_time_s",
                  # user-level units (null for record-level runs): the guarantee's ε and the number of units
                  "epsilon_user_level", "n_units")
 # Score columns listed first (in this order) when present; every other top-level numeric scalar of the
@@ -25,7 +32,8 @@ SCORE_COLUMNS = ("test_nll", "exposure_gap_mean", "exposure_gap_worst", "exposur
                  "continuation_nll_worst", "vmr_mean", "vmr_worst")
 # Keys of a score/audit JSON that describe the run rather than measure it (never taken as columns).
 NON_SCORE_KEYS = frozenset({"config", "epsilon", "batch_size", "steps", "learning_rate", "seed", "wall_time_s",
-                            "per_secret", "per_canary"})
+                            "per_secret", "per_canary", "method", "unit", "trainable_parameters"})
+DEFAULT_METHOD = "full"  # the method of a record that names none (written before methods were recorded)
 CONFIG_KEYS = ("epsilon", "batch_size", "steps", "learning_rate")
 UTILITY = "test_nll"
 
@@ -55,11 +63,71 @@ def numeric_scalars(metrics: dict, skip: frozenset[str] | set[str] = NON_SCORE_K
     return out
 
 
+def record_method(record: dict, default: str = DEFAULT_METHOD) -> str:
+    """The adaptation method a run record names: its ``method`` key, else its ``train`` facts' (audit records),
+    else ``default``."""
+    m = record.get("method")
+    if not m and isinstance(record.get("train"), dict):
+        m = record["train"].get("method")
+    return str(m) if m else default
+
+
+def run_methods(params: Params, run) -> list[str | None]:
+    """The methods a run of the cube is trained with: the run's own ``method`` (a cube with a method axis), else
+    every ``cube.method`` when the cube lists them, else ``[None]`` (one method, named by the records)."""
+    m = getattr(run, "method", None)
+    if m:
+        return [str(m)]
+    listed = getattr(getattr(params, "cube", None), "method", None)
+    if isinstance(listed, (list, tuple)) and listed:
+        return [str(x) for x in listed]
+    return [None]
+
+
+def run_name(run, method: str | None) -> str:
+    """The run's name: ``run.name`` (which carries the method when the run has one), else ``<name>-<method>``."""
+    if method is None or getattr(run, "method", None):
+        return run.name
+    return f"{run.name}-{method}"
+
+
+def base_group(run) -> str:
+    """The configuration without seed and method: ``eps…-b…-T…-lr…[-<unit suffix>]``."""
+    return run.point_name.rsplit("-s", 1)[0] + run.privacy_unit.suffix
+
+
+def find_record(directory: str | Path, run, method: str | None, default_method: str | None = None) -> Path | None:
+    """The record of ``run`` (trained with ``method``) below ``directory``, in either layout, or None.
+
+    New layout: ``<unit>/<method>/<point>.json``; old: ``<unit>/<point>.json`` (also ``run.file_stem``), which stands
+    for ``method`` only if the record's method (its ``method`` key, else ``default_method``, else "full") is
+    ``method``. ``method`` None: whatever the old-layout file holds."""
+    d = Path(directory)
+    stem = getattr(run, "file_stem", None)
+    new, old = [], [d / run.unit / f"{run.point_name}.json"]
+    if method is not None:
+        new.append(d / run.unit / method / f"{run.point_name}.json")
+    if stem:
+        (new if method is not None and stem.count("/") >= 2 else old).insert(0, d / f"{stem}.json")
+    for path in dict.fromkeys(new):
+        if path.exists():
+            return path
+    for path in dict.fromkeys(old):
+        if path.exists():
+            if method is None or record_method(read_json(path), default_method or DEFAULT_METHOD) == method:
+                return path
+    return None
+
+
 def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audit_dir: str | Path | None = None):
     """Rows for exactly the runs of the current cube (stale files of removed configurations are ignored).
 
-    Score columns: every top-level numeric scalar of ``records/score/<config>.json`` (missing or null → null).
-    Audit columns (``audit_…``): joined by configuration from ``records/audit/<unit>/<point>.json`` when it exists.
+    One row per run and adaptation method, with ``method`` and ``trainable_parameters`` (null when the train record
+    lacks it). ``group`` is the configuration without its seed; with more than one method in the table it ends in
+    ``-<method>`` (so each method's configurations stay apart); with one method it is as before methods existed.
+    Score columns: every top-level numeric scalar of the score record (missing or null → null).
+    Audit columns (``audit_…``): joined by configuration from the audit record of the same unit, method and point
+    when it exists. Both record layouts are read (module docstring).
     """
     import polars as pl
 
@@ -67,37 +135,48 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
     score_keys: dict[str, None] = dict.fromkeys(SCORE_COLUMNS)
     audit_keys: dict[str, None] = {}
     for run in params.runs():
-        tpath, spath = Path(train_dir) / f"{run.file_stem}.json", Path(score_dir) / f"{run.file_stem}.json"
-        if not (tpath.exists() and spath.exists()):
-            missing.append(run.name)
-            continue
-        t, s = read_json(tpath), read_json(spath)
-        row: dict[str, Any] = {
-            "config": run.name,
-            "group": run.group,
-            "epsilon": float(run.epsilon),
-            "batch_size": run.batch_size,
-            "steps": run.steps,
-            "learning_rate": float(run.learning_rate),
-            "seed": run.seed,
-            "unit": run.unit,  # the privacy unit (record, group-k5-longest, userwise-k10-chunk)
-            "compute": run.batch_size * run.steps,  # C = b·T
-            "update": run.batch_size * run.steps * run.learning_rate,  # U = C·η
-        }
-        for k in TRAIN_COLUMNS:
-            v = t.get(k)
-            row[k] = parse_float(v) if k.startswith("epsilon_") and v is not None else v
-        scores = numeric_scalars(s, NON_SCORE_KEYS | set(row))
-        score_keys.update(dict.fromkeys(scores))
-        row["__scores"] = scores
-        apath = Path(audit_dir) / f"{run.file_stem}.json" if audit_dir is not None else None
-        audit = (numeric_scalars(read_json(apath), NON_SCORE_KEYS | set(row) | set(scores))
-                 if apath is not None and apath.exists() else {})
-        audit_keys.update(dict.fromkeys(audit))
-        row["__audit"] = audit
-        rows.append(row)
+        for method in run_methods(params, run):
+            tpath = find_record(train_dir, run, method)
+            t = read_json(tpath) if tpath is not None else None
+            run_method = method or (record_method(t) if t is not None else DEFAULT_METHOD)
+            spath = find_record(score_dir, run, method, default_method=run_method)
+            if t is None or spath is None:
+                missing.append(run_name(run, method))
+                continue
+            s = read_json(spath)
+            trainable = _numeric(t.get("trainable_parameters", s.get("trainable_parameters")))
+            row: dict[str, Any] = {
+                "config": run_name(run, method),
+                "group": base_group(run),
+                "epsilon": float(run.epsilon),
+                "batch_size": run.batch_size,
+                "steps": run.steps,
+                "learning_rate": float(run.learning_rate),
+                "seed": run.seed,
+                "unit": run.unit,  # the privacy unit (record, group-k5-longest, userwise-k10-chunk)
+                "method": run_method,  # the adaptation method (full, lora, prefix, prompt, head, dpflat …)
+                "trainable_parameters": (int(trainable) if isinstance(trainable, (int, float))
+                                         and math.isfinite(trainable) else None),
+                "compute": run.batch_size * run.steps,  # C = b·T
+                "update": run.batch_size * run.steps * run.learning_rate,  # U = C·η
+            }
+            for k in TRAIN_COLUMNS:
+                v = t.get(k)
+                row[k] = parse_float(v) if k.startswith("epsilon_") and v is not None else v
+            scores = numeric_scalars(s, NON_SCORE_KEYS | set(row))
+            score_keys.update(dict.fromkeys(scores))
+            row["__scores"] = scores
+            apath = find_record(audit_dir, run, method, default_method=run_method) if audit_dir is not None else None
+            audit = (numeric_scalars(read_json(apath), NON_SCORE_KEYS | set(row) | set(scores))
+                     if apath is not None else {})
+            audit_keys.update(dict.fromkeys(audit))
+            row["__audit"] = audit
+            rows.append(row)
     if missing:
         raise ConfigError(f"missing train/score metrics for {len(missing)} configuration(s), e.g. {missing[:3]}: run dvc repro")
+    if len({r["method"] for r in rows}) > 1:
+        for row in rows:
+            row["group"] = f"{row['group']}-{row['method']}"
     ordered = list(SCORE_COLUMNS) + sorted(k for k in score_keys if k not in SCORE_COLUMNS)
     audit_cols = sorted(audit_keys)
     for row in rows:
@@ -107,7 +186,29 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
         for k in audit_cols:
             row[k] = audit.get(k)
     schema_overrides = {k: pl.Float64 for k in ordered + audit_cols}
+    schema_overrides["trainable_parameters"] = pl.Int64
     return pl.DataFrame(rows, infer_schema_length=None, schema_overrides=schema_overrides)
+
+
+def audit_runs_outside_cube(params: Params, audit_dir: str | Path, table=None) -> list[str]:
+    """Names of the audit cube's runs that have an audit record but no run in the main cube (``table``'s
+    ``config`` column, or ``params.runs()``): they have no memorisation scores to correlate with."""
+    if table is not None:
+        names = set(table["config"].to_list())
+    else:
+        names = {run_name(r, m) for r in params.runs() for m in run_methods(params, r)}
+    audit_params = getattr(params, "audit", None)
+    out = []
+    for run in params.audit_runs():
+        methods = [getattr(run, "method", None)] if getattr(run, "method", None) else None
+        if methods is None:
+            listed = getattr(getattr(audit_params, "cube", None), "method", None)
+            methods = [str(x) for x in listed] if isinstance(listed, (list, tuple)) and listed else [None]
+        for m in methods:
+            name = run_name(run, m)
+            if name not in names and find_record(audit_dir, run, m) is not None:
+                out.append(name)
+    return out
 
 
 def read_run_table(path: str | Path):
@@ -138,6 +239,8 @@ def normalize_run_table(table, source: str = "run table"):
         table = table.with_columns(pl.lit(0).alias("seed"))
     if "unit" not in table.columns:
         table = table.with_columns(pl.lit("record").alias("unit"))
+    if "method" not in table.columns:
+        table = table.with_columns(pl.lit(DEFAULT_METHOD).alias("method"))
     if "compute" not in table.columns:
         table = table.with_columns((pl.col("batch_size") * pl.col("steps")).alias("compute"))
     if "update" not in table.columns:
@@ -146,6 +249,8 @@ def normalize_run_table(table, source: str = "run table"):
         table = table.with_columns(pl.struct(list(CONFIG_KEYS)).map_elements(
             lambda r: f"eps{epsilon_label(r['epsilon'])}-b{r['batch_size']}-T{r['steps']}-lr{r['learning_rate']:g}",
             return_dtype=pl.String).alias("group"))
+        if table["method"].n_unique() > 1:  # each method's configurations apart, as run_table names them
+            table = table.with_columns((pl.col("group") + "-" + pl.col("method")).alias("group"))
     return table
 
 
@@ -180,16 +285,20 @@ def config_table(table, columns: list[str], by: list[str] | None = None):
     (``<col>__seed_std``, ddof = 1; null with a single seed), and ``n_seeds``.
 
     Grouped by ``group`` plus the hyperparameters (ε, b, T, η, C, U) and any extra ``by`` columns
-    (e.g. base model, data variant, method) that exist in the table.
+    (e.g. base model, data variant) that exist in the table; ``unit`` and ``method`` (constant within a group) are
+    carried along, and ``trainable_parameters`` (one number per method) as its largest value over the seeds.
     """
     import polars as pl
 
-    keys = ["group", *CONFIG_KEYS, "compute", "update", *[c for c in (by or []) if c in table.columns and c != "group"]]
+    keys = ["group", *CONFIG_KEYS, "compute", "update", "unit", "method",
+            *[c for c in (by or []) if c in table.columns and c != "group"]]
     keys = list(dict.fromkeys(k for k in keys if k in table.columns))
     aggs = []
     for c in dict.fromkeys(columns):
         x = pl.col(c).cast(pl.Float64).fill_nan(None)
         aggs += [x.mean().alias(c), x.std(ddof=1).alias(f"{c}__seed_std")]
+    if "trainable_parameters" in table.columns and "trainable_parameters" not in keys and "trainable_parameters" not in columns:
+        aggs.append(pl.col("trainable_parameters").max())
     out = table.group_by(keys, maintain_order=True).agg(*aggs, pl.len().alias("n_seeds"))
     return out.sort(["epsilon", "batch_size", "steps", "learning_rate"])
 
@@ -235,3 +344,19 @@ def retention_filter(configs, base_utility: float | None, fraction: float = 0.9,
 
 def epsilon_label(eps: float) -> str:
     return "inf" if math.isinf(eps) else f"{eps:g}"
+
+
+def main_method(methods) -> str | None:
+    """The method the research's per-configuration analysis (regression, heuristics, selection) covers when a table
+    holds several: full fine-tuning when present (the research's setting), else the first listed."""
+    methods = [m for m in dict.fromkeys(methods) if m is not None]
+    if not methods:
+        return None
+    return DEFAULT_METHOD if DEFAULT_METHOD in methods else methods[0]
+
+
+def table_methods(table) -> list[str]:
+    """The distinct methods of a run or configuration table, in order of appearance ([] without a method column)."""
+    if "method" not in table.columns:
+        return []
+    return [m for m in dict.fromkeys(table["method"].to_list()) if m is not None]

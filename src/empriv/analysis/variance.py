@@ -115,6 +115,55 @@ def format_summary(summary: dict, scores: list[str]) -> str:
     return "\n".join(lines)
 
 
+def summary_record(table, scores: list[str], main_unit: str = "record") -> dict:
+    """``records/scores_by_epsilon.json`` (what ``empriv summary`` prints): ``per_epsilon`` (:func:`summarize`) of the
+    runs of the main privacy unit and main adaptation method, ``scores`` (those present), ``n_runs``; with several
+    units, ``unit``, ``n_runs_all_units`` and ``by_unit`` (each unit, main method); with several methods,
+    ``method``, ``n_runs_all_methods`` and ``by_method`` (each method, main unit). One unit and one method: exactly
+    the keys it had before units and methods existed."""
+    import polars as pl
+
+    from empriv.analysis.table import main_method, table_methods
+
+    units = list(dict.fromkeys(table["unit"].to_list())) if "unit" in table.columns else []
+    methods = table_methods(table)
+    main_u = main_unit if main_unit in units else (units[0] if units else None)
+    main_m = main_method(methods) if len(methods) > 1 else None
+    unit_t = table.filter(pl.col("unit") == main_u) if len(units) > 1 else table
+    main_t = unit_t.filter(pl.col("method") == main_m) if main_m is not None else unit_t
+    present = [s for s in scores if s in table.columns] or list(scores)  # absent ones: summarize says so
+    out = {"scores": present, "per_epsilon": summarize(main_t, list(scores)), "n_runs": main_t.height}
+    if len(units) > 1:
+        per_unit = table.filter(pl.col("method") == main_m) if main_m is not None else table
+        out.update(unit=main_u, n_runs_all_units=table.height,
+                   by_unit={u: summarize(per_unit.filter(pl.col("unit") == u), list(scores)) for u in units})
+    if main_m is not None:
+        order = [main_m, *[m for m in methods if m != main_m]]
+        out.update(method=main_m, n_runs_all_methods=unit_t.height,
+                   by_method={m: summarize(unit_t.filter(pl.col("method") == m), list(scores)) for m in order})
+    return out
+
+
+def format_summary_record(summary: dict) -> str:
+    """The whole summary for the terminal: the main table (:func:`format_summary`), then one table per other
+    privacy unit and per other adaptation method, each under a heading."""
+    scores = summary["scores"]
+    parts = [format_summary(summary["per_epsilon"], scores)]
+    heads = []
+    if summary.get("by_unit"):
+        heads.append(f"unit {summary.get('unit')}")
+    if summary.get("by_method"):
+        heads.append(f"method {summary.get('method')}")
+    if heads:
+        parts[0] = f"[{', '.join(heads)}]\n" + parts[0]
+    for kind in ("unit", "method"):
+        for name, per in (summary.get(f"by_{kind}") or {}).items():
+            if name == summary.get(kind):
+                continue
+            parts.append(f"[{kind} {name}]\n" + format_summary(per, scores))
+    return "\n\n".join(parts)
+
+
 # ----------------------------------------------------------------------------- Fig. 2 and Table 8
 def group_std(configs, score: str, by: list[str] | tuple[str, ...] = ("epsilon",)) -> list[dict]:
     """Per group (ε, and any other ``by`` columns present: base model, data variant, method …): the standard
