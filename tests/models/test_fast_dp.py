@@ -238,3 +238,17 @@ def test_errors_are_one_line_value_errors():
     with pytest.raises(ValueError, match="module 'transformer.h.0.attn.c_attn' of type Conv1D owns trainable"):
         fast_dp_step(raw, IDS, MASK, clip_norm=1.0, **kw)
     assert not any("forward" in m.__dict__ for m in raw.modules())  # restored after the failure
+
+
+@pytest.mark.parametrize("case", ["gpt2-full", "llama-lora"])
+def test_bf16_forward_keeps_float32_clipping(case):
+    """Under bf16 autocast (runtime.precision bf16) the step runs, sums and noises in float32, close to fp32."""
+    model = build(case, torch.float32)
+    ref = fast_dp_step(model, IDS, MASK, clip_norm=1.0, noise_multiplier=0.0, expected_batch_size=6, generator=None)
+    ref_grads = [p.grad.clone() for _, p in trainable(model)]
+    bf16 = fast_dp_step(model, IDS, MASK, clip_norm=1.0, noise_multiplier=0.0, expected_batch_size=6, generator=None,
+                        forward_context=lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    assert all(p.grad.dtype == torch.float32 for _, p in trainable(model))
+    torch.testing.assert_close(bf16.per_sample_norms, ref.per_sample_norms, rtol=0.05, atol=0)
+    for (n, p), r in zip(trainable(model), ref_grads):
+        assert float((p.grad - r).norm()) <= 0.1 * float(r.norm()) + 1e-6, n

@@ -269,21 +269,25 @@ def _as(t: torch.Tensor, dtype) -> torch.Tensor:
 def _materialise(uses: list[tuple], param: torch.Tensor, batch: int) -> torch.Tensor:
     """[B, numel]: each example's gradient of ``param``, summed over its uses."""
     dtype = param.dtype
-    out = torch.zeros((batch, param.numel()), dtype=dtype, device=param.device)
-    for use in uses:
+    out = None
+    for use in sorted(uses, key=lambda u: u[0] == "emb"):  # a dense use first: it initialises ``out``
         kind = use[0]
-        if kind == "lin":
-            a, g = _as(use[1], dtype), _as(use[2], dtype)
-            out += torch.bmm(g.transpose(1, 2), a).reshape(batch, -1)
-        elif kind == "sum":
-            out += _as(use[1], dtype).sum(1)
-        elif kind == "mul":
-            out += (_as(use[1], dtype) * _as(use[2], dtype)).sum(1)
-        else:  # emb
+        if kind == "emb":
             ids, g = use[1], _as(use[2], dtype)
             rows, width = param.shape[0], g.shape[-1]
+            if out is None:
+                out = torch.zeros((batch, param.numel()), dtype=dtype, device=param.device)
             flat = (ids + torch.arange(batch, device=ids.device).unsqueeze(1) * rows).reshape(-1)
             out.view(batch * rows, width).index_add_(0, flat, g.reshape(-1, width))
+            continue
+        if kind == "lin":
+            a, g = _as(use[1], dtype), _as(use[2], dtype)
+            part = torch.bmm(g.transpose(1, 2), a).reshape(batch, -1)
+        elif kind == "sum":
+            part = _as(use[1], dtype).sum(1)
+        else:  # mul
+            part = (_as(use[1], dtype) * _as(use[2], dtype)).sum(1)
+        out = part if out is None else out.add_(part)
     return out
 
 
