@@ -13,6 +13,11 @@ loss over the batch.
 cast to float32 before clipping, so clipping, noise and weights stay float32. ``train.micro_batch_size``
 auto chooses the physical micro-batch to fit memory (:mod:`empriv.train.precision`); it changes
 memory use only, never the Poisson batches, the noise (drawn once per logical step) or the accounting.
+
+With a :class:`~empriv.train.checkpoint.Checkpointer` the loop saves its whole state every N steps and, re-run
+after a kill, resumes from the last complete checkpoint of the same run: the rest of the run draws the same
+batches, noise and dropout masks as the uninterrupted run would have, and each step is taken (and accounted)
+once.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class TrainResult:
     batches: list[list[int]] = field(default_factory=list)  # the Poisson batches' record indices, step by step
     micro_batch_size: int = 0  # the physical micro-batch used (train.micro_batch_size, or what auto chose)
     precision: str = "fp32"  # runtime.precision of the forward passes
+    resumed_from_step: int | None = None  # steps a checkpoint had done when this run resumed (None: from step 0)
 
 
 def make_optimizer(name: str, parameters, lr: float) -> torch.optim.Optimizer:
@@ -63,6 +69,7 @@ def dp_finetune(
     streams=None,
     probe_memory: bool | None = None,
     inspect_dp_step=None,
+    checkpoint=None,
 ) -> TrainResult:
     """Train ``model`` in place for exactly ``run.steps`` steps; returns the loss curve.
 
@@ -79,6 +86,14 @@ def dp_finetune(
     ``inspect_dp_step(optimizer, phase)`` (diagnostics, tests) is called around every DPOptimizer step:
     phase "before" with the micro-batch's per-sample gradients in ``p.grad_sample`` (already float32),
     "after" once the step ran (after a step's last micro-batch ``p.grad`` holds the noised gradient).
+
+    ``checkpoint`` (:class:`empriv.train.checkpoint.Checkpointer`): save the trainable parameters, the optimizer's
+    state, every random stream (sampler, noise, torch's global generator for dropout, Python's and NumPy's), the
+    recorded curves and the step count after every ``checkpoint.every``-th step; start from the latest checkpoint
+    this run wrote (same fingerprint: run, unit, method, params, n, σ, streams, data, trainable parameters), and
+    delete the checkpoints when the loop completes (unless ``checkpoint.clear_on_completion`` is False).
+    ``result.resumed_from_step`` is the step it resumed from. With ``train.micro_batch_size`` auto a resumed run
+    keeps the micro-batch the checkpoint used (summation order, hence bit-identity, depends on it).
     """
     from empriv.models.lm import per_sample_mean_nll
     from empriv.progress import progress
@@ -102,6 +117,17 @@ def dp_finetune(
     if precision != "fp32" and any(p.dtype != torch.float32 for p in trainable):
         raise ValueError(f"runtime.precision {precision!r} keeps float32 master weights, but the trainable parameters "
                          f"are {sorted({str(p.dtype) for p in trainable})}: load the base in float32")
+    snapshot = fingerprint = None
+    if checkpoint is not None:
+        from empriv.train.checkpoint import load_trainable_state, run_facts
+
+        fingerprint = checkpoint.fingerprint({
+            "loop": "record", **run_facts(params, run, n=n, noise_multiplier=noise_multiplier, streams=streams,
+                                          data=(ids, mask), model=model),
+            "device": device.type})
+        snapshot = checkpoint.load(fingerprint)
+        if snapshot is not None:
+            load_trainable_state(model, snapshot.tensors["trainable"])
     optimizer = make_optimizer(tp.optimizer, trainable, run.learning_rate)
     private = noise_multiplier is not None
     if private:
@@ -123,15 +149,24 @@ def dp_finetune(
         params_list = optimizer.params
     else:
         module = model
+        noise_gen = None
 
     result = TrainResult(precision=precision)
-    result.micro_batch_size = resolve_micro_batch_size(
-        tp.micro_batch_size, run=run, module=module, trainable=trainable, private=private, optimizer_name=tp.optimizer,
-        seq_len=ids.shape[1], precision=precision, device=device, probe=probe_memory,
-    )
+    if snapshot is not None and tp.micro_batch_size == "auto":
+        result.micro_batch_size = int(snapshot.state["micro_batch_size"])
+    else:
+        result.micro_batch_size = resolve_micro_batch_size(
+            tp.micro_batch_size, run=run, module=module, trainable=trainable, private=private,
+            optimizer_name=tp.optimizer, seq_len=ids.shape[1], precision=precision, device=device, probe=probe_memory,
+        )
+    generators = {"sampler": gen, "noise": noise_gen}
+    start, time_before = 0, 0.0
+    if snapshot is not None:
+        start, time_before = _resume(snapshot, result, optimizer, generators)
     t0 = time.time()
-    batches = poisson_batches(n, q, run.steps, gen)
-    for step, batch in enumerate(progress(batches, total=run.steps, desc=f"train {run.name}", logger=log)):
+    batches = poisson_batches(n, q, run.steps - start, gen) if start < run.steps else iter(())
+    desc = f"train {run.name}" + (f" (resumed at step {start})" if start else "")
+    for step, batch in enumerate(progress(batches, total=run.steps - start, desc=desc, logger=log), start=start):
         chunks = micro_batches(batch, result.micro_batch_size)
         loss_sum = 0.0
         if private:
@@ -176,12 +211,45 @@ def dp_finetune(
         result.batches.append(batch.tolist())
         if on_step is not None:
             on_step(step, mean_loss, bsz)
-    result.wall_time_s = time.time() - t0
+        if checkpoint is not None and checkpoint.due(step + 1, run.steps):
+            _save(checkpoint, step + 1, fingerprint, model, optimizer, generators, result,
+                  time_before + time.time() - t0)
+    result.wall_time_s = time_before + time.time() - t0
+    if checkpoint is not None and checkpoint.clear_on_completion:
+        checkpoint.clear()
     if private:
         # Leave a plain module behind (no hooks) for saving.
         module._close()
     model.eval()
     return result
+
+
+def _save(checkpoint, done: int, fingerprint: dict, model, optimizer, generators: dict, result: TrainResult,
+          train_time_s: float) -> None:
+    """Checkpoint the record-level loop after ``done`` steps (what :func:`_resume` restores)."""
+    from empriv.train.checkpoint import capture_rng, trainable_state
+
+    rng_tensors, rng_state = capture_rng(generators)
+    tensors = {"trainable": trainable_state(model), "optimizer": optimizer.state_dict(), "rng": rng_tensors}
+    state = {"losses": result.losses, "batch_sizes": result.batch_sizes, "batches": result.batches,
+             "empty_batches": result.empty_batches, "micro_batch_size": result.micro_batch_size,
+             "train_time_s": train_time_s, "rng": rng_state}
+    checkpoint.save(done, fingerprint, tensors, state)
+
+
+def _resume(snapshot, result: TrainResult, optimizer, generators: dict) -> tuple[int, float]:
+    """Restore the optimizer, the random streams and the recorded curves; returns (steps done, train time so far)."""
+    from empriv.train.checkpoint import restore_rng
+
+    s = snapshot.state
+    if len(s["losses"]) != snapshot.step:
+        raise ValueError(f"checkpoint {snapshot.path} records {len(s['losses'])} losses for {snapshot.step} steps")
+    optimizer.load_state_dict(snapshot.tensors["optimizer"])  # a DPOptimizer loads into the optimizer it wraps
+    restore_rng(snapshot.tensors["rng"], s["rng"], generators)
+    result.losses, result.batch_sizes, result.batches = list(s["losses"]), list(s["batch_sizes"]), list(s["batches"])
+    result.empty_batches = int(s["empty_batches"])
+    result.resumed_from_step = snapshot.step
+    return snapshot.step, float(s["train_time_s"])
 
 
 def resolve_micro_batch_size(setting, *, run: RunConfig, module, trainable, private: bool, optimizer_name: str,

@@ -18,7 +18,6 @@ selection, ``sampler`` for Poisson sampling, ``noise`` for the noise).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -245,6 +244,21 @@ class SelectionStats:
     resampled_units: int = 0
 
 
+class SelectionState:
+    """What a User-wise run's record selection carries from step to step — its NumPy generator (random records,
+    random chunks) and the records it selected so far — as the ``extra_state`` of a checkpoint."""
+
+    def __init__(self, rng: np.random.Generator, stats: SelectionStats):
+        self.rng, self.stats = rng, stats
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "records_per_step": list(self.stats.records_per_step)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.stats.records_per_step[:] = [int(x) for x in state["records_per_step"]]
+
+
 def userwise_selector(run: RunConfig, data: UnitData, rng, *, eos_id: int, seq_len: int, resample: bool,
                       stats: SelectionStats):
     """``select_records(step, units)`` for :func:`empriv.train.userwise.userwise_dp_sgd`: K records (or K chunks) of
@@ -298,8 +312,14 @@ def userwise_selector(run: RunConfig, data: UnitData, rng, *, eos_id: int, seq_l
 
 # --------------------------------------------------------------------------- training
 def train_user_level(params: Params, run: RunConfig, model, data: UnitData, *, privacy: dict, streams, device,
-                     eos_id: int, on_step=None):
-    """Train ``model`` in place for the run's user-level unit; returns ``(TrainResult, unit facts)``."""
+                     eos_id: int, on_step=None, checkpoint=None):
+    """Train ``model`` in place for the run's user-level unit; returns ``(TrainResult, unit facts)``.
+
+    ``checkpoint`` (:class:`empriv.train.checkpoint.Checkpointer`): checkpoint and resume the training loop
+    (Group Privacy: :func:`empriv.train.dp.dp_finetune` on the bounded records; User-wise:
+    :func:`empriv.train.userwise.userwise_dp_sgd`, with the record selection's generator in the checkpoint).
+    The selection made before training is drawn again from the run's own stream, identically.
+    """
     import torch
 
     from empriv.train.dp import TrainResult, dp_finetune, make_optimizer
@@ -313,7 +333,9 @@ def train_user_level(params: Params, run: RunConfig, model, data: UnitData, *, p
         sel = fixed_selection(run, data, rng, resample=resample)
         idx = torch.tensor(sel.records, dtype=torch.long)
         result = dp_finetune(model, data.ids[idx], data.mask[idx], run=run, noise_multiplier=sigma, params=params,
-                             device=device, on_step=on_step, streams=streams)
+                             device=device, on_step=on_step, streams=streams,
+                             checkpoint=None if checkpoint is None else checkpoint.with_identity(
+                                 loop_unit="group", n_units=data.n_units))
         facts.update(n_bounded_records=len(sel), distinct_records_used=len(set(sel.records)),
                      resampled_units=len(sel.resampled_units), max_records_per_unit=unit.k,
                      mean_records_per_step=float(np.mean(result.batch_sizes)) if result.batch_sizes else 0.0)
@@ -329,6 +351,19 @@ def train_user_level(params: Params, run: RunConfig, model, data: UnitData, *, p
     select = userwise_selector(run, data, rng, eos_id=eos_id, seq_len=data.ids.shape[1], resample=resample,
                                stats=stats)
     micro = resolve_micro_batch_records(params.train.micro_batch_size, trainable)
+    if checkpoint is not None:
+        import hashlib
+        import json
+
+        from empriv.train.checkpoint import run_facts
+
+        tokens = None if data.record_tokens is None else [list(map(int, t)) for t in data.record_tokens]
+        scores = None if data.scores is None else data.scores.tolist()
+        checkpoint = checkpoint.with_identity(
+            **run_facts(params, run, n=data.n_units, noise_multiplier=sigma, streams=streams,
+                        data=(data.ids, data.mask, torch.as_tensor(data.codes)), model=model),
+            selection_inputs=hashlib.sha256(json.dumps([tokens, scores]).encode()).hexdigest()[:16],
+            device=torch.device(device).type)
 
     import logging
 
@@ -337,20 +372,21 @@ def train_user_level(params: Params, run: RunConfig, model, data: UnitData, *, p
     bar = progress(total=run.steps, desc=f"train {run.name}", logger=logging.getLogger("empriv.train"))
 
     def hook(step, s):
-        bar.update(1)
+        bar.update(step + 1 - bar.n)  # a resumed run starts at its checkpoint's step
         if on_step is not None:
             on_step(step, s.mean_unit_loss, s.units)
 
-    t0 = time.time()
     with bar:
         out = userwise_dp_sgd(model, optimizer, select, n_units=data.n_units, unit_sample_rate=privacy["sample_rate"],
                               steps=run.steps, clip_norm=params.train.clip_norm, noise_multiplier=sigma,
                               sampler_generator=streams.generator("sampler"),
                               noise_generator=streams.generator("noise", device=device) if sigma is not None else None,
-                              micro_batch_records=micro, on_step=hook)
+                              micro_batch_records=micro, on_step=hook, checkpoint=checkpoint,
+                              extra_state=SelectionState(rng, stats))
     result = TrainResult(losses=[float(x) for x in out.losses], batch_sizes=list(out.units_per_step),
-                         empty_batches=out.empty_steps, wall_time_s=time.time() - t0,
-                         micro_batch_size=micro or 0, precision=params.runtime.precision)
+                         empty_batches=out.empty_steps, wall_time_s=out.wall_time_s,
+                         micro_batch_size=micro or 0, precision=params.runtime.precision,
+                         resumed_from_step=out.resumed_from_step)
     facts.update(mean_units_per_step=float(np.mean(out.units_per_step)), expected_units_per_step=out.expected_units,
                  mean_records_per_step=float(np.mean(stats.records_per_step)) if stats.records_per_step else 0.0,
                  max_records_per_unit_per_step=unit.k, clipped_units_per_step_mean=float(np.mean(
@@ -359,5 +395,5 @@ def train_user_level(params: Params, run: RunConfig, model, data: UnitData, *, p
     return result, facts
 
 
-__all__ = ["UnitData", "append_canary_units", "calibrate_user_level", "check_user_level", "fixed_selection", "make_unit_data",
+__all__ = ["SelectionState", "UnitData", "append_canary_units", "calibrate_user_level", "check_user_level", "fixed_selection", "make_unit_data",
            "train_user_level", "unit_codes", "userwise_selector"]

@@ -44,6 +44,10 @@ unit's mean-loss gradient (plain autograd, no per-sample gradients); an empty st
 
 The pipeline's User-wise units (``cube.unit: userwise-k<K>-<strategy>``) train through it, by way of
 :func:`empriv.train.user_level.train_user_level` (docs/user-level.md).
+
+:func:`userwise_dp_sgd` takes a :class:`~empriv.train.checkpoint.Checkpointer`: it saves its state every N steps
+(trainable parameters, optimizer, sampler/noise/global generators, the record selection's own state through
+``extra_state``, the recorded curves) and resumes from the last complete checkpoint of the same run.
 """
 
 from __future__ import annotations
@@ -417,6 +421,9 @@ class UserwiseRunResult:
     empty_steps: int = 0
     expected_units: float = 0.0
     wall_time_s: float = 0.0
+    resumed_from_step: int | None = None  # steps a checkpoint had done when this run resumed (None: from step 0)
+
+    _CURVES = ("units_per_step", "records_per_step", "losses", "unit_batches", "clipped_units_per_step")
 
 
 def userwise_dp_sgd(model: torch.nn.Module, optimizer: torch.optim.Optimizer, select_records: RecordSelector, *,
@@ -424,7 +431,8 @@ def userwise_dp_sgd(model: torch.nn.Module, optimizer: torch.optim.Optimizer, se
                     noise_multiplier: float | None, sampler_generator: torch.Generator,
                     noise_generator: torch.Generator | None = None, micro_batch_records: int | str | None = None,
                     strategy: str = "per_unit",
-                    on_step: Callable[[int, UnitStepStats], None] | None = None) -> UserwiseRunResult:
+                    on_step: Callable[[int, UnitStepStats], None] | None = None,
+                    checkpoint=None, extra_state=None) -> UserwiseRunResult:
     """Run exactly ``steps`` steps of User-wise DP-SGD on ``model`` (in place) with ``optimizer``.
 
     Units 0..``n_units``-1 are Poisson-sampled with rate q from ``sampler_generator``;
@@ -433,6 +441,14 @@ def userwise_dp_sgd(model: torch.nn.Module, optimizer: torch.optim.Optimizer, se
     and calls ``optimizer.step()``; σ is the caller's (calibrated for (q, T) by
     :func:`empriv.privacy.user_level.calibrate_user_wise`). ``noise_multiplier=None``: non-private
     reference (see the module docstring). ``on_step(step, stats)`` is called after every step.
+
+    ``checkpoint`` (:class:`empriv.train.checkpoint.Checkpointer`; its identity should name the run, e.g. through
+    :func:`empriv.train.checkpoint.run_facts`): save the loop's state after every ``checkpoint.every``-th step and
+    resume from the latest checkpoint with the same fingerprint (this loop adds N, q, T, C, σ, the strategy, the
+    micro-batch and the trainable parameters to it); the checkpoints are deleted when the loop completes (unless
+    ``checkpoint.clear_on_completion`` is False). ``extra_state``: an object with ``state_dict()`` (JSON-able) and
+    ``load_state_dict(state)`` holding what ``select_records`` draws from (e.g. its NumPy generator), checkpointed
+    with the rest. ``result.resumed_from_step`` is the step the run resumed from.
     """
     q = check_unit_sample_rate(unit_sample_rate)
     _check_positive_int("n_units", n_units)
@@ -446,9 +462,24 @@ def userwise_dp_sgd(model: torch.nn.Module, optimizer: torch.optim.Optimizer, se
     model.train()
     agg = (UserwiseAggregator(model, clip_norm=clip_norm, noise_multiplier=noise_multiplier, expected_units=expected,
                               micro_batch_records=micro_batch_records, strategy=strategy) if private else None)
+    generators = {"sampler": sampler_generator, "noise": noise_generator}
+    start, time_before, fingerprint = 0, 0.0, None
+    if checkpoint is not None:
+        from empriv.train.checkpoint import trainable_digest
+
+        fingerprint = checkpoint.fingerprint({
+            "loop": "userwise", "n_units": n_units, "unit_sample_rate": q, "steps": steps,
+            "clip_norm": float(clip_norm) if private else None,
+            "sigma": float(noise_multiplier) if private else None, "strategy": strategy,
+            "micro_batch_records": agg.micro_batch_records if agg is not None else None,
+            "trainable": trainable_digest(model)})
+        snapshot = checkpoint.load(fingerprint)
+        if snapshot is not None:
+            start, time_before = _resume(snapshot, model, optimizer, generators, extra_state, result)
     t0 = time.time()
     try:
-        for step, units in enumerate(poisson_unit_batches(n_units, q, steps, sampler_generator)):
+        batches = poisson_unit_batches(n_units, q, steps - start, sampler_generator) if start < steps else iter(())
+        for step, units in enumerate(batches, start=start):
             ids, mask, unit_ids = select_records(step, units)
             unit_ids = check_records(ids, mask, unit_ids)
             if unit_ids.numel() and not bool(torch.isin(unit_ids, units).all()):
@@ -475,10 +506,50 @@ def userwise_dp_sgd(model: torch.nn.Module, optimizer: torch.optim.Optimizer, se
             result.clipped_units_per_step.append(clipped)
             if on_step is not None:
                 on_step(step, stats)
+            if checkpoint is not None and checkpoint.due(step + 1, steps):
+                _save(checkpoint, step + 1, fingerprint, model, optimizer, generators, extra_state, result,
+                      time_before + time.time() - t0)
     finally:
         if agg is not None:
             agg.close()
         optimizer.zero_grad(set_to_none=True)
-    result.wall_time_s = time.time() - t0
+    result.wall_time_s = time_before + time.time() - t0
+    if checkpoint is not None and checkpoint.clear_on_completion:
+        checkpoint.clear()
     model.eval()
     return result
+
+
+def _save(checkpoint, done: int, fingerprint: dict, model, optimizer, generators: dict, extra_state,
+          result: UserwiseRunResult, train_time_s: float) -> None:
+    """Checkpoint :func:`userwise_dp_sgd` after ``done`` steps (what :func:`_resume` restores)."""
+    from empriv.train.checkpoint import capture_rng, trainable_state
+
+    rng_tensors, rng_state = capture_rng(generators)
+    tensors = {"trainable": trainable_state(model), "optimizer": optimizer.state_dict(), "rng": rng_tensors}
+    state = {**{k: getattr(result, k) for k in UserwiseRunResult._CURVES}, "empty_steps": result.empty_steps,
+             "train_time_s": train_time_s, "rng": rng_state,
+             "extra": extra_state.state_dict() if extra_state is not None else None}
+    checkpoint.save(done, fingerprint, tensors, state)
+
+
+def _resume(snapshot, model, optimizer, generators: dict, extra_state, result: UserwiseRunResult) -> tuple[int, float]:
+    from empriv.train.checkpoint import load_trainable_state, restore_rng
+
+    s = snapshot.state
+    if len(s["losses"]) != snapshot.step:
+        raise ValueError(f"checkpoint {snapshot.path} records {len(s['losses'])} losses for {snapshot.step} steps")
+    if (s["extra"] is None) != (extra_state is None):
+        raise ValueError(f"checkpoint {snapshot.path}: the record selection's state is "
+                         f"{'missing' if s['extra'] is None else 'present'}, the run "
+                         f"{'has' if extra_state is not None else 'has no'} extra_state")
+    load_trainable_state(model, snapshot.tensors["trainable"])
+    optimizer.load_state_dict(snapshot.tensors["optimizer"])
+    restore_rng(snapshot.tensors["rng"], s["rng"], generators)
+    if extra_state is not None:
+        extra_state.load_state_dict(s["extra"])
+    for k in UserwiseRunResult._CURVES:
+        setattr(result, k, list(s[k]))
+    result.empty_steps = int(s["empty_steps"])
+    result.resumed_from_step = snapshot.step
+    return snapshot.step, float(s["train_time_s"])
