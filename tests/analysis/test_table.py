@@ -96,3 +96,93 @@ def test_retention_rule_by_hand():
     assert kept.height == 6 - 1  # fraction 0: gain ≥ 0 (the NLL 2.5 > base loses utility)
     with pytest.raises(ValueError, match="fraction must be in"):
         retention_filter(c, 2.0, fraction=1.5)
+
+
+# ------------------------------------------------------------------------------- record layouts and methods
+def method_params(methods=("full", "lora"), audit=None):
+    raw = {"cube": {"epsilon": [8, "inf"], "batch_size": [32], "steps": [3], "learning_rate": [0.01], "seed": [0, 1],
+                    "method": list(methods)}}
+    if audit:
+        raw["audit"] = {"cube": audit}
+    return parse_params(raw)
+
+
+def test_old_and_new_layouts_are_both_read(tmp_path):
+    """full runs written before the method axis (records/<kind>/record/<point>.json, method in the record or
+    none), lora runs in the new layout (records/<kind>/record/lora/<point>.json)."""
+    p = method_params()
+    for run in p.runs():
+        point = run.point_name
+        if run.method == "full":  # old layout; seed 1's records name no method at all (written before methods)
+            where = f"record/{point}.json"
+            extra = {"method": "full"} if run.seed == 0 else {}
+        else:
+            where = f"record/lora/{point}.json"
+            extra = {"method": "lora", "trainable_parameters": 1234}
+        write(tmp_path / "train" / where, {"sampler": "poisson", **extra})
+        write(tmp_path / "score" / where, {"config": run.name, "test_nll": 2.0 + run.seed + (run.method == "lora"),
+                                           **({"trainable_parameters": 1234} if run.method == "lora" else {})})
+        if run.seed == 0 and run.private:
+            write(tmp_path / "audit" / where, {"audit_eps_lb_95": 0.5 if run.method == "full" else 0.25,
+                                               "trainable_parameters": 99, "method": run.method})
+    t = run_table(p, tmp_path / "train", tmp_path / "score", tmp_path / "audit")
+    assert t.height == 8
+    assert t["config"].to_list() == [r.name for r in p.runs()]
+    assert t["config"].to_list()[0] == "eps8-b32-T3-lr0.01-s0-full"
+    assert t["method"].to_list() == [r.method for r in p.runs()]
+    assert t["trainable_parameters"].to_list() == [None if r.method == "full" else 1234 for r in p.runs()]
+    assert t.schema["trainable_parameters"] == pl.Int64
+    # several methods: each method's configurations apart
+    assert sorted(set(t["group"].to_list())) == ["eps8-b32-T3-lr0.01-full", "eps8-b32-T3-lr0.01-lora",
+                                                 "epsinf-b32-T3-lr0.01-full", "epsinf-b32-T3-lr0.01-lora"]
+    by = {(c, m): v for c, m, v in zip(t["config"], t["method"], t["test_nll"])}
+    assert by[("eps8-b32-T3-lr0.01-s1-lora", "lora")] == 4.0 and by[("eps8-b32-T3-lr0.01-s1-full", "full")] == 3.0
+    assert t.filter(pl.col("audit_eps_lb_95").is_not_null())["audit_eps_lb_95"].to_list() == [0.5, 0.25]
+    assert "trainable_parameters" in t.columns and "audit_trainable_parameters" not in t.columns
+    configs = config_table(t, ["test_nll"])
+    assert configs.height == 4 and set(configs["method"].to_list()) == {"full", "lora"}
+    assert configs.filter(pl.col("method") == "lora")["trainable_parameters"].to_list() == [1234, 1234]
+
+
+def test_an_old_layout_record_of_another_method_is_not_taken(tmp_path):
+    """The old layout has one file per point: a lora run may not read the full run's record."""
+    p = method_params()
+    for run in p.runs():
+        if run.method == "full":
+            write(tmp_path / "train" / f"record/{run.point_name}.json", {"method": "full"})
+            write(tmp_path / "score" / f"record/{run.point_name}.json", {"test_nll": 1.0})
+    with pytest.raises(ConfigError, match=r"missing train/score metrics for 4 configuration\(s\), e\.g\. "
+                                          r"\['eps8-b32-T3-lr0.01-s0-lora'"):
+        run_table(p, tmp_path / "train", tmp_path / "score")
+
+
+def test_one_method_keeps_the_groups_it_had(tmp_path):
+    """One method (new layout): group names without the method, as before the axis existed (metrics/configs.json keys
+    do not change), while the run names carry it."""
+    p = method_params(("full",))
+    for run in p.runs():
+        write(tmp_path / "train" / f"{run.file_stem}.json", {"method": "full", "trainable_parameters": 7})
+        write(tmp_path / "score" / f"{run.file_stem}.json", {"test_nll": 1.0})
+    t = run_table(p, tmp_path / "train", tmp_path / "score")
+    assert sorted(set(t["group"].to_list())) == ["eps8-b32-T3-lr0.01", "epsinf-b32-T3-lr0.01"]
+    assert t["config"].to_list()[1] == "eps8-b32-T3-lr0.01-s1-full" and t["trainable_parameters"].to_list() == [7] * 4
+
+
+def test_audit_runs_outside_the_main_cube_are_named(tmp_path):
+    from empriv.analysis.table import audit_runs_outside_cube
+
+    p = method_params(("full",), audit={"epsilon": [8], "batch_size": [32, 64], "steps": [3], "learning_rate": [0.01],
+                                        "seed": [0], "method": ["full"]})
+    for run in p.audit_runs():
+        write(tmp_path / "audit" / f"{run.file_stem}.json", {"audit_eps_lb_95": 1.0})
+    assert audit_runs_outside_cube(p, tmp_path / "audit") == ["eps8-b64-T3-lr0.01-s0-full"]
+
+
+def test_read_run_table_without_a_method_column_is_full(tmp_path):
+    t = pl.DataFrame({"epsilon": [2.0, 2.0], "batch_size": [64, 64], "steps": [16, 16], "learning_rate": [0.01, 0.01],
+                      "method": ["full", "lora"]})
+    t.write_csv(tmp_path / "m.csv")
+    assert read_run_table(tmp_path / "m.csv")["group"].to_list() == ["eps2-b64-T16-lr0.01-full", "eps2-b64-T16-lr0.01-lora"]
+    t.drop("method").write_csv(tmp_path / "one.csv")
+    back = read_run_table(tmp_path / "one.csv")
+    assert back["method"].to_list() == ["full", "full"] and back["group"].to_list() == ["eps2-b64-T16-lr0.01"] * 2

@@ -288,7 +288,10 @@ def plot_adaptation_audit(summary: dict, out: Path) -> Path | None:
         ax.set_xticks(range(len(labels)), [epsilon_display(e) for e in labels])
         ax.set_xlabel("ε")
         ax.set_title(f"{d} adaptation data")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, f"no {attack} result", ha="center", va="center", transform=ax.transAxes)
     axes[0][0].set_ylabel(f"AUC ({attack})")
     fig.suptitle(f"Membership inference on the adaptation data: {attack} AUC per method (dashed: chance)")
     fig.tight_layout()
@@ -320,7 +323,8 @@ def plot_pretraining_leakage(summary: dict, out: Path) -> Path | None:
         ax.set_xticks(range(len(labels)), [epsilon_display(e) for e in labels])
         ax.set_xlabel("ε")
         ax.set_title(f"after adapting on {d} data")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     axes[0][0].set_ylabel("pre-training data AUC")
     fig.suptitle("Leakage of the pre-training data after private adaptation (dashed: before)")
     fig.tight_layout()
