@@ -669,6 +669,73 @@ class AuditParams(_Section):
         return v
 
 
+class AdaptationAuditCube(_Section):
+    """The adaptation-audit cube: one adaptation_audit@<item> per combination; no dataset = no such stage."""
+
+    dataset: list[Literal["iid", "ood"]] = []  # [] for the default run
+    epsilon: list[Epsilon] = [8]
+    batch_size: list[int] = [32]
+    steps: list[int] = [50]
+    learning_rate: list[int | float] = [0.01]
+    seed: list[int] = [0]
+    method: list[str] = ["full"]
+
+    @field_validator("epsilon", mode="before")
+    @classmethod
+    def _eps_parse(cls, v: Any) -> Any:
+        return _epsilon_list(v)
+
+    @field_validator("epsilon", "batch_size", "steps", "learning_rate", "seed", "method")
+    @classmethod
+    def _nonempty_unique(cls, v: list) -> list:
+        if not v:
+            raise ParamError("must list at least one value", v)
+        if len(set(v)) != len(v):
+            raise ParamError("has duplicate values", v, "distinct values")
+        return v
+
+    @field_validator("dataset")
+    @classmethod
+    def _unique_datasets(cls, v: list) -> list:
+        if len(set(v)) != len(v):
+            raise ParamError("has duplicate values", v, "distinct values of iid, ood")
+        return v
+
+    @field_validator("batch_size", "steps")
+    @classmethod
+    def _positive_ints(cls, v: list[int]) -> list[int]:
+        for i, x in enumerate(v):
+            if x < 1:
+                raise ParamError("out of range", x, "an integer >= 1", index=i)
+        return v
+
+    @field_validator("learning_rate")
+    @classmethod
+    def _lr(cls, v: list[float]) -> list[float]:
+        for i, x in enumerate(v):
+            if not x > 0:
+                raise ParamError("must be > 0", x, "a finite number > 0", index=i)
+        return v
+
+
+class AdaptationAuditParams(_Section):
+    """Membership inference against DP adaptations on in- and out-of-distribution adaptation data (issue 17; research:
+    auditing private adaptations): data from empriv.data.adaptation_sets, attacks from empriv.audit.adaptation."""
+
+    cube: AdaptationAuditCube = AdaptationAuditCube()
+    n_members: int = Field(300, ge=2)  # the adaptation's training set
+    n_nonmembers: int = Field(300, ge=2)  # unseen texts of the same dataset
+    n_shadow: int = Field(300, ge=2)  # the shadow adaptation's training set (RMIA's reference model)
+    n_population: int = Field(300, ge=2)  # RMIA's population Z
+    n_probe: int = Field(300, ge=2)  # pre-training probe: public-split texts and as many fresh ones
+    ood_records_per_author: int = Field(1, ge=1, le=20)
+    min_k: float = Field(0.2, gt=0, le=1)
+    rmia_gamma: float = Field(1.0, gt=0)
+    rmia_alpha: float = Field(0.0, ge=0, le=1)
+    eval_batch_size: int = Field(64, ge=1)
+    seed: int = 0
+
+
 class SlurmParams(_Section):
     """Per-job resources of ``empriv sweep --engine slurm`` (submitit's SlurmExecutor parameters)."""
 
@@ -707,6 +774,7 @@ class Params(_Section):
     analyze: AnalyzeParams = AnalyzeParams()
     canaries: CanariesParams = CanariesParams()
     audit: AuditParams = AuditParams()
+    adaptation_audit: AdaptationAuditParams = AdaptationAuditParams()
     sweep: SweepParams = SweepParams()
     # the raw files outside the repository that params name, as DVC deps (dvc.yaml's input@<key> stages): corpus =
     # data.path, overrides = secrets.overrides, base = a local base.name; {} for the built-in sources and bases
@@ -728,13 +796,15 @@ class Params(_Section):
     @model_validator(mode="after")
     def _methods(self) -> "Params":
         t = self.train
-        for where, cube in (("cube", self.cube), ("audit.cube", self.audit.cube)):
+        for where, cube in (("cube", self.cube), ("audit.cube", self.audit.cube),
+                            ("adaptation_audit.cube", self.adaptation_audit.cube)):
             for i, name in enumerate(cube.method):
                 if name not in ADAPTATION_METHODS and name not in t.variants:
                     known = ADAPTATION_METHODS + tuple(t.variants)
                     raise ParamError("unknown method" + _did_you_mean(name, known), name,
                                      f"{', '.join(ADAPTATION_METHODS)}, or a train.variants name", key=f"{where}.method[{i}]")
-        for name in dict.fromkeys([*self.cube.method, *self.audit.cube.method]):
+        aa = self.adaptation_audit.cube
+        for name in dict.fromkeys([*self.cube.method, *self.audit.cube.method, *(aa.method if aa.dataset else [])]):
             resolved = self.for_method(name).train
             if resolved.dpflat.enabled and resolved.method != "prefix":
                 what = "train.dpflat" if name in ADAPTATION_METHODS or self.train.variants[name].dpflat is None \
@@ -743,7 +813,8 @@ class Params(_Section):
                                  f"{name!r} trains {resolved.method!r}", resolved.method,
                                  "method prefix, or every DP-Flat switch off", key=what)
             steps = self.cube.steps if name in self.cube.method else []
-            steps = [*steps, *(self.audit.cube.steps if name in self.audit.cube.method else [])]
+            steps = [*steps, *(self.audit.cube.steps if name in self.audit.cube.method else []),
+                     *(aa.steps if aa.dataset and name in aa.method else [])]
             if resolved.dpflat.awp and steps and resolved.dpflat.awp_steps > min(steps):
                 raise ParamError(f"E (AWP steps) must be <= T = {min(steps)}, the fewest steps of a cube run with "
                                  f"method {name!r}", resolved.dpflat.awp_steps, f"an integer in [0, {min(steps)}]",
@@ -855,6 +926,12 @@ class Params(_Section):
         c = self.audit.cube
         return [RunConfig(e, b, t, lr, s, u, m) for e, b, t, lr, s, u, m
                 in product(c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed, c.unit, c.method)]
+
+    def adaptation_audit_runs(self) -> list[tuple[str, "RunConfig"]]:
+        """The adaptation-audit cube: (dataset, configuration) pairs (record-level runs)."""
+        c = self.adaptation_audit.cube
+        return [(d, RunConfig(e, b, t, lr, s, "record", m)) for d, e, b, t, lr, s, m
+                in product(c.dataset, c.epsilon, c.batch_size, c.steps, c.learning_rate, c.seed, c.method)]
 
     def user_audit_ks(self) -> list[int]:
         """The distinct k of the audit cube's user-level units: the canaries stage draws one set of canary units

@@ -49,6 +49,12 @@ CANARIES_METRICS = Path("records/canaries.json")
 AUDIT_RUNS_DIR = Path("models/audit")
 AUDIT_METRICS_DIR = Path("records/audit")
 
+# the adaptation audit (issue 17): data/adaptation/<dataset>/ (the MIA sets and the pre-training probe), one record per
+# run records/adaptation_audit/<dataset>/<method>/<point>.json, and per dataset a report directory
+ADAPTATION_DATA_DIR = Path("data/adaptation")
+ADAPTATION_AUDIT_DIR = Path("records/adaptation_audit")
+ADAPTATION_REPORTS_DIR = Path("reports/adaptation_audit")
+
 # profiles, analyze
 PROFILES_DIR = Path("plots/profiles")
 RUNS_TABLE = Path("records/runs.csv")  # one row per run: every hyperparameter, accounting fact and score
