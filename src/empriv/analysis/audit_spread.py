@@ -62,7 +62,8 @@ def audit_spread(configs, *, scores: list[str], utility: str, primary: str | Non
     ``configs``: one row per configuration (seed means, :func:`empriv.analysis.table.config_table`) with the audit's
     ``audit_eps_lb_*`` columns joined (null where not audited). ``outside_cube``: audit runs with no main-cube run
     (reported; they have no scores). Returns ``eligible`` (some group has ≥ 3 audited configurations), the ε̂
-    columns, the largest number of audited configurations at one finite ε, and ``groups``: key (``8``, or
+    columns, the largest number of audited configurations at one finite ε, and ``groups`` (every finite ε, and
+    method, with at least one audited configuration): key (``8``, or
     ``8-<method>`` for a method other than the main one) → ε, method, ``n_audited``, the ranking (rank 1 = highest
     ε̂, ties share the average rank) and ``correlations`` (``<a>~<b>`` → rho, p, n, reason)."""
     import polars as pl
@@ -87,6 +88,8 @@ def audit_spread(configs, *, scores: list[str], utility: str, primary: str | Non
         eps, method = key_vals[0], (key_vals[1] if by_method else None)
         audited = g.filter(pl.col(lead).cast(pl.Float64).fill_nan(None).is_not_null())
         n = audited.height
+        if n == 0:
+            continue  # nothing audited at this ε (for this method): no group
         out["max_audited_at_one_epsilon"] = max(out["max_audited_at_one_epsilon"], n)
         entry: dict = {"epsilon": epsilon_label(eps), "method": method, "n_audited": n, "n_configs": g.height}
         if n < MIN_CONFIGS:

@@ -374,8 +374,8 @@ def plot_audit_spread(analysis: dict, out: Path) -> Path | None:
         ax.set_title(f"ε = {epsilon_display(g['epsilon'])}{' · ' + g['method'] if g.get('method') else ''}\n{rho}",
                      fontsize=8)
         ax.set_xlabel(f"{primary} (main cube, seed mean)")
-        ax.set_ylabel(f"ε̂ ({lead})")
-    fig.suptitle("Audited ε̂ vs empirical privacy at equal ε")
+        ax.set_ylabel(rf"$\hat{{\varepsilon}}$ ({lead})")
+    fig.suptitle(r"Audited $\hat{\varepsilon}$ vs empirical privacy at equal ε")
     fig.tight_layout()
     return _save(fig, out)
 
