@@ -191,6 +191,23 @@ def full_finetuned(study):
     return target, shadow
 
 
+def test_encode_texts_cuts_trims_and_compresses_the_scored_window(study):
+    tok = study["tokenizer"]
+    long_text, short_text = study["public"][0] * 3, "Hi Theo"
+    enc = ad.encode_texts([long_text, short_text], tok, SEQ)
+    tokens = tok.encode(long_text)
+    assert len(tokens) > SEQ and enc.ids.shape == (2, SEQ) and enc.ids[0].tolist() == [tok.eos_id, *tokens[: SEQ - 1]]
+    assert enc.zlib_bytes[0] == tok.decode(tokens[: SEQ - 1]).encode() and enc.zlib_bytes[1] == b"Hi Theo"
+    short = ad.encode_texts([short_text], tok, SEQ)
+    n = len(tok.encode(short_text))
+    assert short.ids.shape == (1, n + 1) and short.mask.tolist() == [[0.0] + [1.0] * n]  # trimmed to the text
+    with pytest.raises(ValueError, match=r"every sample of nonmembers needs at least one token after \[EOS\]"):
+        ad.evaluate_adaptation_mias(study["base"], members=[short_text], nonmembers=[""], pretrained=study["base"],
+                                    shadow=None, population=[short_text], tokenizer=tok, seq_len=SEQ)
+    with pytest.raises(ValueError, match="seq_len must be an integer >= 2, got 1"):
+        ad.encode_texts([short_text], tok, 1)
+
+
 def _all_texts(sets):
     return [t for texts in sets.named_sets().values() for t in texts]
 
@@ -230,6 +247,12 @@ def test_full_finetune_leaks_its_members(study, full_finetuned):
     assert abs(losses["pretrained"]["members"] - losses["pretrained"]["nonmembers"]) < 0.3
     _assert_optimistic_at_least_fixed(mia)
     _assert_no_text(r, _all_texts(study["sets"]))
+    # without a shadow (Paper B's "more realistic" auditor) the shadow attacks go, the others are unchanged
+    alone = ad.evaluate_adaptation_mias(target, members=split.members, nonmembers=split.nonmembers,
+                                        pretrained=study["base"], shadow=None, population=split.population,
+                                        tokenizer=tok, seq_len=SEQ)
+    assert set(alone["mia"]) == {k for k in mia if "shadow" not in k} and "shadow" not in alone["mean_loss"]
+    assert all(alone["mia"][k] == pytest.approx(mia[k]) for k in alone["mia"])
 
     # pre-training probe: the base leaks its pre-training texts; the adapted copy less so
     probe = study["sets"].pretraining

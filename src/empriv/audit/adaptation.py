@@ -116,7 +116,8 @@ def encode_texts(texts: Sequence[str], tokenizer, seq_len: int) -> EncodedTexts:
         raise ValueError("texts must be a sequence of strings, got one string")
     tokens = tokenizer.encode_batch(list(texts))
     ids, mask = encode_fixed(tokens, tokenizer.eos_id, int(seq_len))
-    width = max(2, int(mask.sum(0).nonzero().max()) + 1) if len(tokens) else 2
+    columns = mask.sum(0).nonzero()
+    width = max(2, int(columns.max()) + 1) if len(columns) else 2
     kept = [t[: int(seq_len) - 1] for t in tokens]
     return EncodedTexts(ids[:, :width], mask[:, :width], tuple(tokenizer.decode(t).encode("utf-8") for t in kept))
 
