@@ -422,8 +422,8 @@ class VariantParams(_Section):
 class TrainParams(_Section):
     # The adaptation of the run being trained: set from the run's cube.method (Params.for_method), never in
     # params.yaml (the cube's axis is cube.method). ``variant``: the cube.method name when it is a train.variants entry.
-    method: Literal["full", "lora", "prefix", "prompt", "head", "dpzero"] = "full"
-    variant: str | None = None
+    method: Literal["full", "lora", "prefix", "prompt", "head", "dpzero"] = Field("full", exclude=True)
+    variant: str | None = Field(None, exclude=True)
     optimizer: Literal["adam", "sgd"] = "adam"
     clip_norm: float = Field(1.0, gt=0)
     # Physical batch (memory only: the logical Poisson batch b and the accounting do not depend on it):
