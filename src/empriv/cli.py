@@ -7,6 +7,7 @@
     empriv audit ...                 ε lower bounds from audit counts (epsilon, clopper-pearson)
     empriv analyze select ...        Algorithm 1's pick from a run table, and the baselines'
     empriv study run PRESET          run presets/PRESET.yaml end to end in .studies/PRESET → results/PRESET
+    empriv sweep [--engine slurm]    one job per matrix item (locally or on SLURM via submitit), then one dvc.lock
 
     empriv --debug …                 show the traceback of an error (user errors are one line each otherwise)
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 
 def _summary(args) -> int:
-    from empriv.analysis.variance import format_summary
+    from empriv.analysis.variance import format_summary_record
 
     path = Path(args.path)
     if not path.exists():
@@ -31,7 +32,7 @@ def _summary(args) -> int:
         print(json.dumps(summary, indent=2))
     else:
         print(f"empriv summary ({summary['n_runs']} runs, {path})")
-        print(format_summary(summary["per_epsilon"], summary["scores"]))
+        print(format_summary_record(summary))
     return 0
 
 
@@ -100,6 +101,27 @@ def _wandb_write(args) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    from empriv.sweep import run_sweep, summary_line
+
+    def split(values):
+        return None if values is None else [v for value in values for v in value.split(",") if v]
+
+    result = run_sweep(args.root, engine=args.engine, stages=split(args.stages), items=split(args.items),
+                       jobs=args.jobs, params=args.params, dry_run=args.dry_run,
+                       echo=lambda line: print(line, flush=True))
+    if args.dry_run:
+        return 0
+    print(summary_line(result), flush=True)
+    for address, reason in result.failed.items():
+        print(f"error: {address} failed: {reason}", file=sys.stderr)
+    if result.blocked:
+        print(f"error: not run because an item they need failed: {', '.join(result.blocked)}", file=sys.stderr)
+    if result.status:
+        print(f"error: dvc status after the commit is not clean: {json.dumps(result.status)}", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="empriv", description="empirical privacy of DP fine-tuning")
     ap.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also: EMPRIV_DEBUG=1)")
@@ -144,6 +166,20 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("preset")
     sc.add_argument("--root", default=".")
     sc.set_defaults(func=_study_collect)
+    sw = sub.add_parser("sweep", help="run the matrix items of dvc.yaml's stages as jobs (local or SLURM, through "
+                        "submitit), then commit them into dvc.lock and the DVC cache (docs/cluster.md)")
+    sw.add_argument("--engine", choices=("local", "slurm"), default=None, help="where the jobs run (default: params "
+                    "sweep.engine)")
+    sw.add_argument("--stages", action="append", default=None, metavar="STAGE[,STAGE]",
+                    help="matrix stages whose items become jobs (default: params sweep.stages)")
+    sw.add_argument("--items", action="append", default=None, metavar="GLOB[,GLOB]",
+                    help="only items whose name (train@KEY) or KEY matches a glob; the rest count as upstream")
+    sw.add_argument("--jobs", type=int, default=None, help="local engine: items at once (default: sweep.jobs)")
+    sw.add_argument("--params", default=None, help="params file holding the sweep section (default: ROOT/params.yaml)")
+    sw.add_argument("--root", default=".", help="project root holding dvc.yaml (default: the current directory)")
+    sw.add_argument("--dry-run", action="store_true", help="print the plan (stale and up-to-date items, upstream, "
+                    "resources) and run nothing")
+    sw.set_defaults(func=_sweep)
     from empriv.privacy.cli import add_privacy_parser, run as run_privacy
 
     add_privacy_parser(sub).set_defaults(func=run_privacy)

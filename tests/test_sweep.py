@@ -1,0 +1,483 @@
+"""``empriv sweep``: one job per matrix item, locally or on a real localhost SLURM (tools/slurm/cluster.sh).
+
+Fast tests: the resource merge (``sweep.slurm`` + ``sweep.resources[<stage>]`` field by field), the sbatch lines
+submitit writes from it, the plan (order, upstream, staleness) and the one-line errors. Slow tests run real
+sweeps in temporary git + DVC repositories whose matrix stages are quick Python commands, then check the
+outputs, that ``dvc status`` is empty and that ``dvc repro`` runs nothing. The SLURM tests skip, saying why,
+where the SLURM binaries, root or submitit are missing; they never install anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from empriv.config import ConfigError, SweepParams, parse_section
+from empriv.sweep import SweepError, make_plan, merged_resources, run_sweep, slurm_parameters
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER = ROOT / "tools" / "slurm" / "cluster.sh"
+SHIM_DIR = ROOT / "tools" / "slurm" / "bin"
+BIN = Path(sys.executable).parent
+PY = sys.executable
+
+# ----------------------------------------------------------------------------------------------- a small project
+# up (reads params base.offset) -> train@1, train@2 (matrix over cube.x) -> score@1, score@2
+DVC_YAML = f"""\
+stages:
+  up:
+    cmd: {PY} -c "import yaml; open('up.txt', 'w').write(str(yaml.safe_load(open('params.yaml'))['base']['offset']))"
+    params:
+      - base.offset
+    outs:
+      - up.txt
+  train:
+    matrix:
+      x: ${{cube.x}}
+    cmd: {PY} train.py ${{item.x}}
+    deps:
+      - train.py
+      - up.txt
+    outs:
+      - out/train-${{item.x}}.txt
+  score:
+    matrix:
+      x: ${{cube.x}}
+    cmd: {PY} -c "open('out/score-${{item.x}}.txt', 'w').write(str(10 * int(open('out/train-${{item.x}}.txt').read())))"
+    deps:
+      - out/train-${{item.x}}.txt
+    outs:
+      - out/score-${{item.x}}.txt
+"""
+
+# train.py: x + offset. RETRY_MODE (an environment variable of the test) makes an item misbehave on its first
+# attempt only (a marker file remembers it): "kill" SIGKILLs itself, "preempt" asks SLURM for the warning signal
+# (scancel --signal=USR2, as a preempting scheduler sends it) and waits to be stopped, "fail" always exits 3.
+TRAIN_PY = """\
+import os, signal, subprocess, sys, time
+
+x = sys.argv[1]
+offset = int(open("up.txt").read())
+mode = dict(m.split("=") for m in os.environ.get("RETRY_MODE", "").split(",") if m).get(x)
+marker = f".marker-{x}"
+if mode == "fail":
+    sys.exit(3)
+if mode and not os.path.exists(marker):
+    open(marker, "w").close()
+    if mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "preempt":
+        signal.signal(signal.SIGUSR2, lambda *a: None)  # the warning reaches the command too; it may checkpoint
+        subprocess.run(["scancel", "--signal=USR2", os.environ["SLURM_JOB_ID"]], check=True)
+        time.sleep(120)
+        sys.exit(5)  # never reached: the sweep job stops this command and is requeued
+os.makedirs("out", exist_ok=True)
+open(f"out/train-{x}.txt", "w").write(str(int(x) + offset))
+"""
+
+PARAMS = {
+    "base": {"offset": 1},
+    "cube": {"x": [1, 2]},
+    "sweep": {
+        "stages": ["train", "score"],
+        "max_retries": 1,
+        "slurm": {"partition": "local", "cpus_per_task": 1, "mem_gb": 0.25, "timeout_min": 5, "signal_delay_s": 30},
+        "resources": {"score": {"timeout_min": 3}},
+    },
+}
+
+
+def _write_params(repo: Path, params: dict) -> None:
+    (repo / "params.yaml").write_text(json.dumps(params, indent=1))  # JSON is YAML
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def _template(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("template") / "project"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run([PY, "-m", "dvc", "init", "-q"], cwd=repo, check=True)
+    (repo / "dvc.yaml").write_text(DVC_YAML)
+    (repo / "train.py").write_text(TRAIN_PY)
+    (repo / ".gitignore").write_text(".empriv/\n.marker-*\n")
+    _write_params(repo, PARAMS)
+    return repo
+
+
+@pytest.fixture
+def project(_template, tmp_path):
+    """A fresh git + DVC repository holding the small project above (a copy of one initialised per module)."""
+    repo = tmp_path / "project"
+    shutil.copytree(_template, repo, symlinks=True)
+    return repo
+
+
+def _sweep(repo: Path, *args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "empriv.cli", "sweep", *args], cwd=repo, env=env or _env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _dvc(repo: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "dvc", *args], cwd=repo, env=env or _env(), capture_output=True, text=True,
+                          timeout=120)
+
+
+def _assert_clean_and_no_op(repo: Path) -> None:
+    status = _dvc(repo, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout) == {}
+    repro = _dvc(repo, "repro")
+    assert repro.returncode == 0, repro.stderr
+    assert "Running stage" not in repro.stdout + repro.stderr
+    assert "Data and pipelines are up to date." in repro.stdout
+
+
+def _outputs(repo: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((repo / "out").glob("*.txt"))}
+
+
+# ----------------------------------------------------------------------------------------------- fast: resources
+def test_resources_merge_field_by_field():
+    sweep = parse_section(SweepParams, {
+        "slurm": {"partition": "gpu", "cpus_per_task": 8, "mem_gb": 32.0, "additional": {"account": "lab"}},
+        # cpus_per_task: 2 is SlurmParams' own default, but set here: it replaces the 8 of sweep.slurm
+        "resources": {"train": {"gpus_per_node": 1, "timeout_min": 240, "cpus_per_task": 2},
+                      "audit": {"additional": {"qos": "short"}}},
+    }, "sweep")
+    train = merged_resources(sweep, "train")
+    assert (train.partition, train.gpus_per_node, train.timeout_min, train.cpus_per_task, train.mem_gb) == \
+        ("gpu", 1, 240, 2, 32.0)
+    assert train.additional == {"account": "lab"}
+    audit = merged_resources(sweep, "audit")
+    assert (audit.gpus_per_node, audit.timeout_min, audit.cpus_per_task) == (0, 60, 8)
+    assert audit.additional == {"qos": "short"}  # one field: the override's mapping replaces the default's
+    assert merged_resources(sweep, "score") == sweep.slurm
+
+
+def test_slurm_parameters_become_sbatch_lines(tmp_path):
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    from submitit.slurm.slurm import _make_sbatch_string  # what SlurmExecutor writes into the job's sbatch file
+
+    sweep = parse_section(SweepParams, {
+        "slurm": {"partition": "gpu", "mem_gb": 0.5, "timeout_min": 90, "signal_delay_s": 300,
+                  "additional": {"account": "lab", "qos": "high"}},
+        "resources": {"train": {"gpus_per_node": 2}}}, "sweep")
+    params = slurm_parameters(merged_resources(sweep, "train"))
+    assert params == {"ntasks_per_node": 1, "time": 90, "cpus_per_task": 2, "mem": "512MB", "signal_delay_s": 300,
+                      "partition": "gpu", "gpus_per_node": 2, "additional_parameters": {"account": "lab", "qos": "high"}}
+    lines = set(_make_sbatch_string(command="true", folder=tmp_path, **params).splitlines())
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=2", "#SBATCH --time=90", "#SBATCH --mem=512MB",
+                 "#SBATCH --cpus-per-task=2", "#SBATCH --account=lab", "#SBATCH --qos=high",
+                 "#SBATCH --signal=USR2@300", "#SBATCH --ntasks-per-node=1"):
+        assert line in lines, line
+    # null partition and 0 GPUs: left to the cluster's defaults (no --partition, no --gpus-per-node)
+    default = slurm_parameters(SweepParams().slurm)
+    assert "partition" not in default and "gpus_per_node" not in default and default["mem"] == "8GB"
+
+
+def test_bad_resources_fail_in_one_line_naming_the_key():
+    with pytest.raises(ConfigError) as err:
+        parse_section(SweepParams, {"resources": {"train": {"gpus_per_node": -1}}}, "sweep")
+    # one line naming the section and the value (the key path inside the dict, sweep.resources.train.gpus_per_node,
+    # needs the dict-key step in empriv.config._error_line: asked of the lead)
+    assert len(err.value.lines) == 1
+    assert err.value.lines[0].startswith("sweep.resources") and "got -1" in err.value.lines[0]
+
+
+# ----------------------------------------------------------------------------------------------- fast: plan, errors
+def test_plan_orders_items_after_what_they_need(project):
+    plan = make_plan(project, ["train", "score"])
+    assert [i.address for i in plan.items] == ["train@1", "train@2", "score@1", "score@2"]
+    assert {i.address: i.needs for i in plan.items} == {"train@1": [], "train@2": [], "score@1": ["train@1"],
+                                                        "score@2": ["train@2"]}
+    assert plan.upstream == ["up"] and plan.stale_upstream == ["up"]
+    assert all(i.stale for i in plan.items)
+    assert plan.items[0].commands == [f"{PY} train.py 1"]
+    # a glob over keys: the other train item is upstream of nothing selected; train@2 stays out
+    only = make_plan(project, ["train", "score"], ["2"])
+    assert [i.address for i in only.items] == ["train@2", "score@2"]
+    # score alone: its train items are upstream
+    score = make_plan(project, ["score"])
+    assert score.upstream == ["train@1", "train@2"] and score.downstream == []
+    assert make_plan(project, ["train"]).downstream == ["score@1", "score@2"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--stages", "trian"], "error: --stages: unknown stage; did you mean 'train'? (got 'trian'; allowed: matrix "
+                            "stages of dvc.yaml: train, score)"),
+    (["--stages", "up"], "error: --stages: stage 'up' has no matrix (one command, no items): run it with `dvc repro "
+                         "up` (got 'up'; allowed: matrix stages of dvc.yaml: train, score)"),
+    (["--items", "eps*"], "error: --items: no item of train, score matches 'eps*' (got 'eps*'; allowed: globs over "
+                          "item names or their keys, e.g. train@1, train@2, score@1)"),
+    (["--jobs", "0"], "error: --jobs: must be >= 1 (got 0; allowed: an integer >= 1)"),
+])
+def test_errors_are_one_line(project, capsys, args, message):
+    from empriv.cli import main
+
+    assert main(["sweep", "--root", str(project), "--engine", "local", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == message
+
+
+def test_error_without_matrix_stage_and_unknown_resource_stage(tmp_path, project, capsys):
+    from empriv.cli import main
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "dvc.yaml").write_text("stages:\n  a:\n    cmd: echo a\n")
+    assert main(["sweep", "--root", str(plain), "--engine", "local", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: dvc.yaml has no matrix stage (no stage with `matrix:` or "
+                                               "`foreach:`): nothing to sweep")
+    _write_params(project, {**PARAMS, "sweep": {**PARAMS["sweep"], "resources": {"trian": {"timeout_min": 1}}}})
+    with pytest.raises(SweepError, match=r"^sweep\.resources\.trian: not a stage of dvc\.yaml; did you mean 'train'"):
+        run_sweep(project, engine="local", dry_run=True, echo=lambda line: None)
+
+
+def test_error_when_submitit_is_missing(project):
+    # the real import failure: the module made unimportable in a fresh interpreter
+    code = ("import sys; sys.modules['submitit'] = None; from empriv.cli import main; "
+            f"sys.exit(main(['sweep', '--root', {str(project)!r}, '--engine', 'slurm']))")
+    run = subprocess.run([PY, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "error: engine slurm needs submitit, which is not installed (import of submitit halted; None in "
+        "sys.modules): pip install submitit==1.5.4"]
+
+
+def test_error_when_no_slurm_is_on_path(project, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    from empriv.cli import main
+
+    empty = tmp_path / "nobin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert main(["sweep", "--root", str(project), "--engine", "slurm"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: engine slurm: no SLURM reachable (sbatch not found on PATH); "
+                                               "on a login node of your cluster it is; locally use --engine local")
+    assert not (project / ".empriv").exists() and not (project / "up.txt").exists()  # nothing ran
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(project):
+    run = _sweep(project, "--engine", "local", "--dry-run")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "sweep: engine local, stages train, score: 4 items, 4 to run, 0 up to date"
+    assert "upstream would run first (dvc repro up): up" in lines
+    assert f"would run score@1 after train@1: {PY} -c" in run.stdout
+    assert not (project / "up.txt").exists() and not (project / "dvc.lock").exists()
+
+
+# ----------------------------------------------------------------------------------------------- slow: local engine
+@pytest.mark.slow
+def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cache(project):
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    run = _sweep(project, "--engine", "local")
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    # the stale upstream stage ran first, in one `dvc repro`, before any job
+    assert out.index("upstream: dvc repro up") < out.index("Running stage 'up'") < out.index("submitted train@1")
+    # score@x waits for train@x
+    assert out.index("done train@1") < out.index("submitted score@1")
+    assert re.search(r"^submitted train@1: job \d+, logs \.empriv/sweep/\d{8}-\d{6}/\d+_0_log\.out and \.err$", out,
+                     re.M)
+    assert "committed 4 item(s) to dvc.lock and the DVC cache; dvc status of them: clean" in out
+    assert out.strip().splitlines()[-1] == "sweep: 4 done, 0 failed, 0 blocked, 0 up to date (skipped)"
+    assert _outputs(project) == {"score-1.txt": "20", "score-2.txt": "30", "train-1.txt": "2", "train-2.txt": "3"}
+    lock = (project / "dvc.lock").read_text()
+    assert all(f"{s}@{x}:" in lock for s in ("train", "score") for x in (1, 2))
+    _assert_clean_and_no_op(project)
+
+    # again: everything is up to date, nothing is submitted
+    again = _sweep(project, "--engine", "local")
+    assert again.returncode == 0, again.stderr
+    assert "up to date (skipped): train@1, train@2, score@1, score@2" in again.stdout
+    assert "nothing to run: every item is up to date" in again.stdout
+    assert not re.search("^submitted", again.stdout, re.M)
+
+    # a changed params value: the stale upstream runs first, then every item below it
+    _write_params(project, {**PARAMS, "base": {"offset": 5}})
+    changed = _sweep(project, "--engine", "local", "--jobs", "1")
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert changed.stdout.index("Running stage 'up'") < changed.stdout.index("submitted train@1")
+    assert _outputs(project) == {"score-1.txt": "60", "score-2.txt": "70", "train-1.txt": "6", "train-2.txt": "7"}
+    assert json.loads(_dvc(project, "status", "--json").stdout) == {}
+
+    # back to the first value: DVC's run-cache has all four runs; no job
+    _write_params(project, PARAMS)
+    back = _sweep(project, "--engine", "local")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert not re.search("^submitted", back.stdout, re.M)
+    assert sorted(re.findall(r"^restored (\S+) from DVC's run-cache", back.stdout, re.M)) == \
+        ["score@1", "score@2", "train@1", "train@2"]
+    assert _outputs(project) == {"score-1.txt": "20", "score-2.txt": "30", "train-1.txt": "2", "train-2.txt": "3"}
+    _assert_clean_and_no_op(project)
+
+
+@pytest.mark.slow
+def test_local_sweep_failure_names_its_log_and_commits_the_rest(project):
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    run = _sweep(project, "--engine", "local", env=_env(RETRY_MODE="2=fail"))
+    assert run.returncode == 1
+    out = run.stdout
+    assert re.search(r"^retry train@2 \(attempt 2 of 2\): job \d+ failed: RuntimeError: train@2: command failed "
+                     r"\(exit status 3\) on attempt 1; log \S+_0_log\.err$", out, re.M), out
+    failed = re.search(r"^error: train@2 failed: RuntimeError: train@2: command failed \(exit status 3\) on attempt 2; "
+                       r"log (\S+_0_log\.err)$", run.stderr, re.M)
+    assert failed, run.stderr
+    assert "RuntimeError: train@2: command failed" in (project / failed.group(1)).read_text()
+    assert "error: not run because an item they need failed: score@2" in run.stderr
+    assert out.strip().splitlines()[-1] == "sweep: 2 done, 1 failed, 1 blocked, 0 up to date (skipped)"
+    status = json.loads(_dvc(project, "status", "--json").stdout)
+    assert set(status) == {"train@2", "score@2"}  # the finished items are committed, the failed ones stay stale
+
+
+# ----------------------------------------------------------------------------------------------- slow: SLURM
+def _free_port_pair() -> int:
+    """A port p with p and p + 1 both free on 127.0.0.1 (slurmctld and slurmd)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port >= 65534:
+            continue
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free pair of adjacent ports on 127.0.0.1")
+
+
+def _slurm_missing() -> str | None:
+    missing = [b for b in ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo", "scontrol")
+               if shutil.which(b) is None]
+    if missing:
+        return f"SLURM/munge binaries not installed ({', '.join(missing)}); run tools/slurm/cluster.sh install"
+    if os.geteuid() != 0:
+        return "the localhost SLURM test cluster runs its daemons as root"
+    try:
+        import submitit  # noqa: F401
+    except ImportError:
+        return "submitit is not installed in this environment"
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A localhost SLURM cluster for this module's tests, stopped (by its recorded PIDs) when they are done."""
+    reason = _slurm_missing()
+    if reason:
+        pytest.skip(reason)
+    state = tmp_path_factory.mktemp("slurm")
+    try:
+        start = subprocess.run([str(CLUSTER), "start", str(state), str(_free_port_pair())], capture_output=True,
+                               text=True, timeout=180)
+        if start.returncode != 0:
+            pytest.skip(f"the localhost SLURM cluster did not start: {start.stderr.strip()[-300:]}")
+        env = _env(SLURM_CONF=str(state / "slurm.conf"))
+        env["PATH"] = os.pathsep.join([str(SHIM_DIR), env["PATH"]])
+        yield {"state": state, "env": env}
+    finally:
+        subprocess.run([str(CLUSTER), "stop", str(state)], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_slurm_sweep_collects_into_one_lock(project, slurm):
+    run = _sweep(project, "--engine", "slurm", env=slurm["env"])
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    assert "resources of train: partition local, 1 CPUs, 0 GPUs, 0.25 GB, 5 min" in out
+    assert "resources of score: partition local, 1 CPUs, 0 GPUs, 0.25 GB, 3 min" in out
+    jobs = dict(re.findall(r"^submitted (\S+): job (\d+), logs", out, re.M))
+    assert sorted(jobs) == ["score@1", "score@2", "train@1", "train@2"]
+    assert out.index("done train@2") < out.index("submitted score@2")
+    # they really were SLURM jobs: the controller's job-completion records hold them, completed, named by item
+    jobcomp = (slurm["state"] / "jobcomp.txt").read_text()
+    for address, job_id in jobs.items():
+        record = re.search(rf"JobId={job_id} .*", jobcomp).group(0)
+        assert "JobState=COMPLETED" in record and f"Name=empriv-{address} " in record
+    # per-stage resources reached sbatch: score's override of timeout_min, the rest from sweep.slurm
+    folder = next((project / ".empriv" / "sweep").iterdir())
+    scripts = {a: (folder / f"{j}_submission.sh").read_text() for a, j in jobs.items()}
+    assert "#SBATCH --time=5\n" in scripts["train@1"] and "#SBATCH --time=3\n" in scripts["score@1"]
+    assert all("#SBATCH --partition=local\n" in s and "#SBATCH --mem=256MB\n" in s for s in scripts.values())
+    assert _outputs(project) == {"score-1.txt": "20", "score-2.txt": "30", "train-1.txt": "2", "train-2.txt": "3"}
+    _assert_clean_and_no_op(project)
+
+
+def _release_requeued(env: dict, stop: threading.Event) -> None:
+    """SLURM holds a requeued job for ~2 minutes (BeginTime); the test releases it at once (StartTime=now)."""
+    while not stop.is_set():
+        out = subprocess.run(["squeue", "-h", "-t", "PD", "-o", "%i %r"], env=env, capture_output=True,
+                             text=True).stdout
+        for line in out.splitlines():
+            job_id, _, reason = line.partition(" ")
+            if reason.strip() == "BeginTime":
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], env=env,
+                               capture_output=True)
+        stop.wait(0.5)
+
+
+@pytest.mark.slow
+def test_slurm_retries_a_killed_and_a_preempted_job(project, slurm):
+    env = dict(slurm["env"], RETRY_MODE="1=kill,2=preempt")
+    stop = threading.Event()
+    releaser = threading.Thread(target=_release_requeued, args=(env, stop), daemon=True)
+    releaser.start()
+    try:
+        run = _sweep(project, "--engine", "slurm", "--stages", "train", env=env)
+    finally:
+        stop.set()
+        releaser.join()
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    # killed: the job fails, the sweep submits a new one
+    assert re.search(r"^retry train@1 \(attempt 2 of 2\): job \d+ failed: RuntimeError: train@1: command failed "
+                     r"\(killed by SIGKILL\) on attempt 1; log \S+$", out, re.M), out
+    assert len(re.findall(r"^submitted train@1: job", out, re.M)) == 2
+    # preempted: SLURM's warning signal, submitit checkpoints and requeues the same job
+    assert len(re.findall(r"^submitted train@2: job (\d+)", out, re.M)) == 1
+    job2 = re.search(r"^submitted train@2: job (\d+)", out, re.M).group(1)
+    assert re.search(rf"^done train@1 \(job \d+, [\d.]+ s, 1 retry\)$", out, re.M), out
+    assert re.search(rf"^done train@2 \(job {job2}, [\d.]+ s, 1 retry\)$", out, re.M), out
+    folder = next((project / ".empriv" / "sweep").iterdir())
+    log2 = (folder / f"{job2}_0_log.out").read_text()
+    assert f"Requeued job {job2}" in log2 and "empriv sweep: train@2 attempt 2" in log2
+    attempts = [json.loads(x) for x in (folder / "attempts" / "train@2.jsonl").read_text().splitlines()]
+    assert [(a["attempt"], a["job_id"]) for a in attempts] == [(1, job2), (2, job2)]
+    assert out.strip().splitlines()[-1] == "sweep: 2 done (2 after retries), 0 failed, 0 blocked, 0 up to date (skipped)"
+    assert _outputs(project) == {"train-1.txt": "2", "train-2.txt": "3"}
+    status = json.loads(_dvc(project, "status", "--json", env=env).stdout)
+    assert set(status) == {"score@1", "score@2"}  # not in this sweep: stale below the new train outputs
+    assert "stages below the sweep are now stale: score@1, score@2" in out
+
+
+@pytest.mark.slow
+def test_slurm_unreachable_controller_is_one_line(project, slurm):
+    conf = (slurm["state"] / "slurm.conf").read_text()
+    dead = slurm["state"] / "dead.conf"
+    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={_free_port_pair()}", conf))
+    run = _sweep(project, "--engine", "slurm", env=dict(slurm["env"], SLURM_CONF=str(dead)))
+    assert run.returncode == 2
+    assert run.stderr.strip() == ("error: engine slurm: no SLURM reachable (sinfo: slurm_load_partitions: Unable to "
+                                  "contact slurm controller (connect failure))")
