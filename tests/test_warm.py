@@ -50,11 +50,14 @@ print("woke", flush=True)
 '''
 
 TORCH_RNG = '''
+import os
 import numpy, torch
+import transformers.modeling_utils  # sets TORCHINDUCTOR_CACHE_DIR (when unset) on import, as every model stage does
 torch.set_num_threads(2)
 a = torch.randn(300, 300, generator=torch.Generator().manual_seed(1))
 b = numpy.random.default_rng(1).standard_normal((300, 300))
-print(float((a @ a).sum()), float((b @ b).sum()), torch.initial_seed(), numpy.random.randint(2**31))
+print(float((a @ a).sum()), float((b @ b).sum()), torch.initial_seed(), numpy.random.randint(2**31),
+      os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
 '''
 
 
@@ -227,11 +230,13 @@ def test_an_edited_empriv_module_is_read_fresh_by_the_next_run(full, tmp_path):
 
 def test_workers_reseed_what_a_fresh_process_seeds_and_multithreaded_math_matches(full):
     """torch's and numpy's global generators are seeded from entropy in every fresh process: so in every worker;
-    seeded computations with 2 torch threads (the pool created in the worker) equal the plain run's."""
+    seeded computations with 2 torch threads (the pool created in the worker) equal the plain run's; what importing
+    transformers puts in the environment (TORCHINDUCTOR_CACHE_DIR) is there as in a plain run."""
     runs = [full.run("warm_torch_rng").stdout.split() for _ in range(2)]
     plain = full.run("warm_torch_rng", warm=False).stdout.split()
     assert runs[0][:2] == runs[1][:2] == plain[:2]
     assert runs[0][2] != runs[1][2] and runs[0][3] != runs[1][3]
+    assert runs[0][4] == runs[1][4] == plain[4] != "None"
 
 
 # ---------------------------------------------------------------------------------------------------- signals
@@ -324,6 +329,18 @@ def test_emprivwarm_0_and_an_unusable_directory_run_the_module_directly(light, t
     assert proc.returncode == 0 and _probe(proc)["argv"][1:] == []
     first = proc.stderr.splitlines()[0]
     assert first.startswith("empriv.warm: running warm_probe directly (cannot create ") and "a file/warm" in first
+
+
+def test_a_socket_path_longer_than_unix_sockets_allow_still_works(tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    project = Project(deep, preload=LIGHT)
+    try:
+        assert len(str(project.warm_dir)) > 120
+        proc = project.run("warm_probe", "--exit", "4")
+        assert proc.returncode == 4 and "directly" not in proc.stderr, proc.stderr
+        assert len(_server_pids(project.warm_dir)) == 1
+    finally:
+        assert len(_stop_servers(project.warm_dir)) == 1
 
 
 def test_the_client_imports_nothing_heavy(full):

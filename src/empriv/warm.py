@@ -25,13 +25,16 @@ How it works (Linux only; anything else runs the module directly, see below):
   project code is read fresh by every run — and forks one worker per request. The worker takes the client's
   descriptors, directory, environment, ``sys.path`` and umask, forgets every ``empriv`` module the server had
   loaded, re-seeds the generators a fresh process would seed from entropy (numpy's global one, torch's default
-  generator; Python's ``random`` re-seeds itself after a fork), runs the module as ``__main__`` (``runpy``) and
+  generator; Python's ``random`` re-seeds itself after a fork), adds the variables the pre-imports put in the
+  environment where the client's lacks them (transformers sets ``TORCHINDUCTOR_CACHE_DIR`` on import, as it does in
+  every model stage), runs the module as ``__main__`` (``runpy``) and
   exits as ``python -m`` would: ``SystemExit`` codes kept, an uncaught exception printed with its traceback on the
   client's stderr and status 1, ``KeyboardInterrupt`` ends it by SIGINT.
 * Fork safety: the server runs no torch operation, so torch's intra-op thread pool (OpenMP) does not exist when it
   forks; the worker creates it when the stage sets its thread count, as a fresh process does. Libraries that start
   threads at import which do not survive a fork (polars: jemalloc and spill-cleaning threads) are not pre-imported.
   The server logs its thread count after pre-importing.
+* ``EMPRIV_WARM_PRELOAD`` (comma-separated modules; part of the key) replaces :data:`PRELOAD`.
 * The server exits after :data:`DEFAULT_IDLE_S` seconds without a request (``EMPRIV_WARM_IDLE`` when it starts),
   when its socket file is removed or replaced, or on SIGTERM — after its running workers have finished. A worker
   dies with its server (``PR_SET_PDEATHSIG``); its client then reports one line and exits 1.
@@ -448,6 +451,7 @@ class Server:
         self.selector = None
         self.lock_fd = None
         self.inode = None
+        self.imported_env: dict[str, str] = {}  # variables the pre-imports set (a fresh process's imports set them too)
 
     # -- logging
     def log(self, message: str) -> None:
@@ -500,13 +504,16 @@ class Server:
 
         started = time.monotonic()
         preload = preload_modules()
+        env_before = dict(os.environ)
         failed = self._preload(preload)
+        self.imported_env = {k: v for k, v in os.environ.items() if env_before.get(k) != v}
         threads = _thread_names()
         empriv_modules = sorted(m for m in sys.modules if m == "empriv" or m.startswith("empriv."))
         self.log(f"pre-imported {len(preload) - len(failed)}/{len(preload)} modules in "
                  f"{time.monotonic() - started:.2f} s ({len(sys.modules)} modules loaded); "
                  f"{len(threads)} threads {sorted(threads)}; empriv modules {empriv_modules}"
-                 + (f"; not importable: {failed}" if failed else ""))
+                 + (f"; not importable: {failed}" if failed else "")
+                 + (f"; set by the imports: {sorted(self.imported_env)}" if self.imported_env else ""))
 
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.listener, selectors.EVENT_READ, ("accept", None))
@@ -643,7 +650,7 @@ class Server:
             conn.close()
             return
         if pid == 0:  # the worker: never returns
-            _worker(request, fds, self._server_fds(conn))
+            _worker(request, fds, self._server_fds(conn), self.imported_env)
         for fd in fds:
             os.close(fd)
         job = {"conn": conn, "pidfd": None, "module": request["module"], "started": time.monotonic()}
@@ -759,11 +766,11 @@ def _thread_names() -> list[str]:
 
 # ---------------------------------------------------------------------------------------------------- the worker
 
-def _worker(request: dict, fds: list[int], server_fds: list[int]) -> None:
+def _worker(request: dict, fds: list[int], server_fds: list[int], imported_env: dict[str, str]) -> None:
     """In the forked child: become the client's ``python -m <module>`` process, run it, exit with its status."""
     code = 1
     try:
-        code = _become_client(request, fds, server_fds)
+        code = _become_client(request, fds, server_fds, imported_env)
     except BaseException:  # a failure of this function itself: report it where the client sees it
         try:
             import traceback
@@ -775,7 +782,7 @@ def _worker(request: dict, fds: list[int], server_fds: list[int]) -> None:
     os._exit(code)
 
 
-def _become_client(request: dict, fds: list[int], server_fds: list[int]) -> int:
+def _become_client(request: dict, fds: list[int], server_fds: list[int], imported_env: dict[str, str]) -> int:
     import signal
 
     _die_with_parent()
@@ -797,6 +804,8 @@ def _become_client(request: dict, fds: list[int], server_fds: list[int]) -> int:
     os.umask(int(request.get("umask", 0o022)))
     os.environ.clear()
     os.environ.update(request["env"])
+    for name, value in imported_env.items():  # e.g. torch sets TORCHINDUCTOR_CACHE_DIR when absent
+        os.environ.setdefault(name, value)
     sys.path[:] = request["path"]
     for name in [m for m in sys.modules if m == "empriv" or m.startswith("empriv.")]:
         del sys.modules[name]
