@@ -33,7 +33,8 @@ BIN = Path(sys.executable).parent
 PY = sys.executable
 
 # ----------------------------------------------------------------------------------------------- a small project
-# up (reads params base.offset) -> train@1, train@2 (matrix over cube.x) -> score@1, score@2
+# up (reads params base.offset) -> train@1, train@2 (matrix over cube.x) -> total (reads every train output, as the
+# pipeline's filter stage does) -> score@1, score@2 (each reads its train output and the total)
 DVC_YAML = f"""\
 stages:
   up:
@@ -50,13 +51,20 @@ stages:
       - train.py
       - up.txt
     outs:
-      - out/train-${{item.x}}.txt
+      - runs/train-${{item.x}}.txt
+  total:
+    cmd: {PY} -c "import pathlib; open('total.txt', 'w').write(str(sum(int(p.read_text()) for p in pathlib.Path('runs').glob('*.txt'))))"
+    deps:
+      - runs
+    outs:
+      - total.txt
   score:
     matrix:
       x: ${{cube.x}}
-    cmd: {PY} -c "open('out/score-${{item.x}}.txt', 'w').write(str(10 * int(open('out/train-${{item.x}}.txt').read())))"
+    cmd: {PY} -c "import os; os.makedirs('out', exist_ok=True); open('out/score-${{item.x}}.txt', 'w').write(str(10 * int(open('runs/train-${{item.x}}.txt').read()) + int(open('total.txt').read())))"
     deps:
-      - out/train-${{item.x}}.txt
+      - runs/train-${{item.x}}.txt
+      - total.txt
     outs:
       - out/score-${{item.x}}.txt
 """
@@ -82,8 +90,8 @@ if mode and not os.path.exists(marker):
         subprocess.run(["scancel", "--signal=USR2", os.environ["SLURM_JOB_ID"]], check=True)
         time.sleep(120)
         sys.exit(5)  # never reached: the sweep job stops this command and is requeued
-os.makedirs("out", exist_ok=True)
-open(f"out/train-{x}.txt", "w").write(str(int(x) + offset))
+os.makedirs("runs", exist_ok=True)
+open(f"runs/train-{x}.txt", "w").write(str(int(x) + offset))
 """
 
 PARAMS = {
@@ -151,7 +159,11 @@ def _assert_clean_and_no_op(repo: Path) -> None:
 
 
 def _outputs(repo: Path) -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted((repo / "out").glob("*.txt"))}
+    files = [*sorted((repo / "runs").glob("*.txt")), repo / "total.txt", *sorted((repo / "out").glob("*.txt"))]
+    return {p.name: p.read_text() for p in files if p.exists()}
+
+
+OUT_1 = {"train-1.txt": "2", "train-2.txt": "3", "total.txt": "5", "score-1.txt": "25", "score-2.txt": "35"}
 
 
 # ----------------------------------------------------------------------------------------------- fast: resources
@@ -205,19 +217,22 @@ def test_bad_resources_fail_in_one_line_naming_the_key():
 # ----------------------------------------------------------------------------------------------- fast: plan, errors
 def test_plan_orders_items_after_what_they_need(project):
     plan = make_plan(project, ["train", "score"])
-    assert [i.address for i in plan.items] == ["train@1", "train@2", "score@1", "score@2"]
-    assert {i.address: i.needs for i in plan.items} == {"train@1": [], "train@2": [], "score@1": ["train@1"],
-                                                        "score@2": ["train@2"]}
-    assert plan.upstream == ["up"] and plan.stale_upstream == ["up"]
+    assert [i.address for i in plan.items] == ["train@1", "train@2", "total", "score@1", "score@2"]
+    assert {i.address: sorted(i.needs) for i in plan.items} == {
+        "train@1": [], "train@2": [], "total": ["train@1", "train@2"], "score@1": ["total", "train@1"],
+        "score@2": ["total", "train@2"]}
+    assert [i.address for i in plan.items if i.between] == ["total"]  # not selected, but between selected items
+    assert plan.upstream == ["up"] and plan.stale_upstream == ["up"] and plan.downstream == []
     assert all(i.stale for i in plan.items)
     assert plan.items[0].commands == [f"{PY} train.py 1"]
-    # a glob over keys: the other train item is upstream of nothing selected; train@2 stays out
+    # a glob over keys: train@1 is upstream (nothing it needs is selected), total still sits between
     only = make_plan(project, ["train", "score"], ["2"])
-    assert [i.address for i in only.items] == ["train@2", "score@2"]
-    # score alone: its train items are upstream
+    assert [i.address for i in only.items] == ["train@2", "total", "score@2"]
+    assert sorted(only.upstream) == ["train@1", "up"] and only.downstream == ["score@1"]
+    # score alone: train items and total are upstream
     score = make_plan(project, ["score"])
-    assert score.upstream == ["train@1", "train@2"] and score.downstream == []
-    assert make_plan(project, ["train"]).downstream == ["score@1", "score@2"]
+    assert sorted(score.upstream) == ["total", "train@1", "train@2"] and score.downstream == []
+    assert make_plan(project, ["train"]).downstream == ["score@1", "score@2", "total"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -279,9 +294,10 @@ def test_dry_run_prints_the_plan_and_runs_nothing(project):
     run = _sweep(project, "--engine", "local", "--dry-run")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert lines[0] == "sweep: engine local, stages train, score: 4 items, 4 to run, 0 up to date"
+    assert lines[0] == "sweep: engine local, stages train, score (and between them: total): 5 items, 5 to run, 0 up to date"
     assert "upstream would run first (dvc repro up): up" in lines
-    assert f"would run score@1 after train@1: {PY} -c" in run.stdout
+    assert f"would run score@1 after train@1, total: {PY} -c" in run.stdout
+    assert f"would run total after train@1, train@2: {PY} -c" in run.stdout
     assert not (project / "up.txt").exists() and not (project / "dvc.lock").exists()
 
 
@@ -294,21 +310,22 @@ def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cach
     out = run.stdout
     # the stale upstream stage ran first, in one `dvc repro`, before any job
     assert out.index("upstream: dvc repro up") < out.index("Running stage 'up'") < out.index("submitted train@1")
-    # score@x waits for train@x
-    assert out.index("done train@1") < out.index("submitted score@1")
+    # total waits for both train items, score@x for train@x and total
+    assert max(out.index("done train@1"), out.index("done train@2")) < out.index("submitted total")
+    assert out.index("done total") < min(out.index("submitted score@1"), out.index("submitted score@2"))
     assert re.search(r"^submitted train@1: job \d+, logs \.empriv/sweep/\d{8}-\d{6}/\d+_0_log\.out and \.err$", out,
                      re.M)
-    assert "committed 4 item(s) to dvc.lock and the DVC cache; dvc status of them: clean" in out
-    assert out.strip().splitlines()[-1] == "sweep: 4 done, 0 failed, 0 blocked, 0 up to date (skipped)"
-    assert _outputs(project) == {"score-1.txt": "20", "score-2.txt": "30", "train-1.txt": "2", "train-2.txt": "3"}
+    assert "committed 5 item(s) to dvc.lock and the DVC cache; dvc status of them: clean" in out
+    assert out.strip().splitlines()[-1] == "sweep: 5 done, 0 failed, 0 blocked, 0 up to date (skipped)"
+    assert _outputs(project) == OUT_1
     lock = (project / "dvc.lock").read_text()
-    assert all(f"{s}@{x}:" in lock for s in ("train", "score") for x in (1, 2))
+    assert all(f"{s}@{x}:" in lock for s in ("train", "score") for x in (1, 2)) and "\n  total:" in lock
     _assert_clean_and_no_op(project)
 
     # again: everything is up to date, nothing is submitted
     again = _sweep(project, "--engine", "local")
     assert again.returncode == 0, again.stderr
-    assert "up to date (skipped): train@1, train@2, score@1, score@2" in again.stdout
+    assert "up to date (skipped): train@1, train@2, total, score@1, score@2" in again.stdout
     assert "nothing to run: every item is up to date" in again.stdout
     assert not re.search("^submitted", again.stdout, re.M)
 
@@ -317,7 +334,8 @@ def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cach
     changed = _sweep(project, "--engine", "local", "--jobs", "1")
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert changed.stdout.index("Running stage 'up'") < changed.stdout.index("submitted train@1")
-    assert _outputs(project) == {"score-1.txt": "60", "score-2.txt": "70", "train-1.txt": "6", "train-2.txt": "7"}
+    assert _outputs(project) == {"train-1.txt": "6", "train-2.txt": "7", "total.txt": "13", "score-1.txt": "73",
+                                 "score-2.txt": "83"}
     assert json.loads(_dvc(project, "status", "--json").stdout) == {}
 
     # back to the first value: DVC's run-cache has all four runs; no job
@@ -326,8 +344,8 @@ def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cach
     assert back.returncode == 0, back.stdout + back.stderr
     assert not re.search("^submitted", back.stdout, re.M)
     assert sorted(re.findall(r"^restored (\S+) from DVC's run-cache", back.stdout, re.M)) == \
-        ["score@1", "score@2", "train@1", "train@2"]
-    assert _outputs(project) == {"score-1.txt": "20", "score-2.txt": "30", "train-1.txt": "2", "train-2.txt": "3"}
+        ["score@1", "score@2", "total", "train@1", "train@2"]
+    assert _outputs(project) == OUT_1
     _assert_clean_and_no_op(project)
 
 
@@ -343,10 +361,11 @@ def test_local_sweep_failure_names_its_log_and_commits_the_rest(project):
                        r"log (\S+_0_log\.err)$", run.stderr, re.M)
     assert failed, run.stderr
     assert "RuntimeError: train@2: command failed" in (project / failed.group(1)).read_text()
-    assert "error: not run because an item they need failed: score@2" in run.stderr
-    assert out.strip().splitlines()[-1] == "sweep: 2 done, 1 failed, 1 blocked, 0 up to date (skipped)"
+    assert "error: not run because an item they need failed: total, score@1, score@2" in run.stderr
+    assert out.strip().splitlines()[-1] == "sweep: 1 done, 1 failed, 3 blocked, 0 up to date (skipped)"
+    assert (project / "runs" / "train-1.txt").read_text() == "2" and not (project / "total.txt").exists()
     status = json.loads(_dvc(project, "status", "--json").stdout)
-    assert set(status) == {"train@2", "score@2"}  # the finished items are committed, the failed ones stay stale
+    assert set(status) == {"train@2", "total", "score@1", "score@2"}  # train@1 is committed; the rest stays stale
 
 
 # ----------------------------------------------------------------------------------------------- slow: SLURM
@@ -409,7 +428,7 @@ def test_slurm_sweep_collects_into_one_lock(project, slurm):
     assert "resources of train: partition local, 1 CPUs, 0 GPUs, 0.25 GB, 5 min" in out
     assert "resources of score: partition local, 1 CPUs, 0 GPUs, 0.25 GB, 3 min" in out
     jobs = dict(re.findall(r"^submitted (\S+): job (\d+), logs", out, re.M))
-    assert sorted(jobs) == ["score@1", "score@2", "train@1", "train@2"]
+    assert sorted(jobs) == ["score@1", "score@2", "total", "train@1", "train@2"]
     assert out.index("done train@2") < out.index("submitted score@2")
     # they really were SLURM jobs: the controller's job-completion records hold them, completed, named by item
     jobcomp = (slurm["state"] / "jobcomp.txt").read_text()
@@ -419,9 +438,10 @@ def test_slurm_sweep_collects_into_one_lock(project, slurm):
     # per-stage resources reached sbatch: score's override of timeout_min, the rest from sweep.slurm
     folder = next((project / ".empriv" / "sweep").iterdir())
     scripts = {a: (folder / f"{j}_submission.sh").read_text() for a, j in jobs.items()}
-    assert "#SBATCH --time=5\n" in scripts["train@1"] and "#SBATCH --time=3\n" in scripts["score@1"]
+    assert "#SBATCH --time=5\n" in scripts["train@1"] and "#SBATCH --time=5\n" in scripts["total"]
+    assert "#SBATCH --time=3\n" in scripts["score@1"] and "#SBATCH --time=3\n" in scripts["score@2"]
     assert all("#SBATCH --partition=local\n" in s and "#SBATCH --mem=256MB\n" in s for s in scripts.values())
-    assert _outputs(project) == {"score-1.txt": "20", "score-2.txt": "30", "train-1.txt": "2", "train-2.txt": "3"}
+    assert _outputs(project) == OUT_1
     _assert_clean_and_no_op(project)
 
 
@@ -468,8 +488,8 @@ def test_slurm_retries_a_killed_and_a_preempted_job(project, slurm):
     assert out.strip().splitlines()[-1] == "sweep: 2 done (2 after retries), 0 failed, 0 blocked, 0 up to date (skipped)"
     assert _outputs(project) == {"train-1.txt": "2", "train-2.txt": "3"}
     status = json.loads(_dvc(project, "status", "--json", env=env).stdout)
-    assert set(status) == {"score@1", "score@2"}  # not in this sweep: stale below the new train outputs
-    assert "stages below the sweep are now stale: score@1, score@2" in out
+    assert set(status) == {"total", "score@1", "score@2"}  # not in this sweep: stale below the new train outputs
+    assert "stages below the sweep are now stale: score@1, score@2, total" in out
 
 
 @pytest.mark.slow

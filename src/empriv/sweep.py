@@ -125,16 +125,17 @@ class Item:
     key: str  # the item's key: eps8-b128-…
     commands: list[str]  # the resolved cmd (one entry per line of a list cmd)
     wdir: str  # absolute working directory of the command
-    needs: list[str] = field(default_factory=list)  # selected items it depends on (run first)
+    needs: list[str] = field(default_factory=list)  # items of the sweep it depends on (run first)
     stale: bool = False
+    between: bool = False  # not a selected item: a stage between selected items (runs as a job of its own)
 
 
 @dataclass
 class Plan:
     root: Path
     stages: list[str]
-    items: list[Item]  # every selected item, dependency order
-    upstream: list[str]  # non-selected stages the items depend on directly (``dvc repro`` targets)
+    items: list[Item]  # every selected item and every stage between them, dependency order
+    upstream: list[str]  # other stages the items depend on directly (``dvc repro`` targets)
     stale_upstream: list[str]  # of those (and their ancestors), the ones DVC would run
     downstream: list[str]  # stages outside the sweep that depend on selected items
 
@@ -225,43 +226,39 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
 
             import networkx as nx
 
-            # upstream: the non-selected stages the selected items depend on directly
+            # between: non-selected stages that depend on a selected item and that a selected item depends on (the
+            # pipeline's `filter` reads every train@ output and every score@ reads it): they run as jobs too, in order
+            below = set().union(*(nx.descendants(graph, s) for s in selected)) - chosen_set  # what items depend on
+            between = {u for u in below if any(d in chosen_set for d in nx.descendants(graph, u))}
+            members = chosen_set | between
+            # upstream: the other stages the sweep's members depend on directly (one `dvc repro` brings them up to date)
             upstream: list = []
-            for s in selected:
+            for s in [*selected, *sorted(between, key=lambda u: u.addressing)]:
                 for dep in graph.successors(s):
-                    if dep not in chosen_set and dep not in upstream:
+                    if dep not in members and dep not in upstream:
                         upstream.append(dep)
-            # a non-selected stage between two selected items would make `dvc repro` of the upstream run a
-            # selected item in that one process: refuse, naming it
-            for u in upstream:
-                inside = [a for a in nx.descendants(graph, u) if a in chosen_set]
-                if inside:
-                    raise SweepError(f"--stages: stage {u.addressing!r} depends on the selected {inside[0].addressing!r} "
-                                     f"and a selected item depends on it (got {', '.join(chosen)}; allowed: add "
-                                     f"{u.addressing.partition('@')[0]!r} to the stages, or drop the stage below it)")
-            # dependency order among selected items: reverse topological order of the dependency graph
-            sub = graph.subgraph(selected)
-            position = {s: i for i, s in enumerate(index.stages)}  # ties keep dvc.yaml's order
+            # dependency order: deps first, ties in dvc.yaml's order
+            sub = graph.subgraph(members)
+            position = {s: i for i, s in enumerate(index.stages)}
             order = list(nx.lexicographical_topological_sort(sub.reverse(copy=True), key=position.__getitem__))
-            # staleness: every stage the items depend on, transitively, in dependency-first order
-            relevant = set(selected)
-            for s in selected:
-                relevant |= nx.descendants(graph, s)
+            # staleness: every stage the members depend on, transitively, dependency-first; a stage below a stale
+            # one is stale (it runs once that one has run), as `dvc repro` would decide
+            relevant = members | below
             rel = graph.subgraph(relevant)
             stale: dict = {}
             for s in reversed(list(nx.topological_sort(rel))):
                 stale[s] = bool(s.changed()) or any(stale[d] for d in rel.successors(s))
-            ancestors_of_selected = relevant - chosen_set
-            stale_upstream = sorted(s.addressing for s in ancestors_of_selected if stale[s])
+            stale_upstream = sorted(s.addressing for s in relevant - members if stale[s])
             downstream = set()
-            for s in selected:
-                downstream |= {a for a in nx.ancestors(graph, s) if a not in chosen_set}
+            for s in members:
+                downstream |= {a for a in nx.ancestors(graph, s) if a not in members}
             items = []
             for s in order:
                 group, _, key = s.addressing.partition("@")
                 cmd = s.cmd if isinstance(s.cmd, list) else [s.cmd]
                 items.append(Item(address=s.addressing, stage=group, key=key, commands=list(cmd), wdir=str(s.wdir),
-                                  needs=[d.addressing for d in sub.successors(s)], stale=stale[s]))
+                                  needs=[d.addressing for d in sub.successors(s)], stale=stale[s],
+                                  between=s in between))
             return Plan(root=root, stages=chosen, items=items, upstream=[u.addressing for u in upstream],
                         stale_upstream=stale_upstream, downstream=sorted(d.addressing for d in downstream))
     finally:
@@ -502,15 +499,18 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
     if not dry_run:  # fail on the engine before anything runs
         require_submitit(engine)
         if engine == "slurm":
-            check_slurm({merged_resources(sweep, s).partition for s in stage_names if s in matrix})
+            check_slurm({merged_resources(sweep, s).partition for s in [*stage_names, *sweep.resources]
+                         if s in all_names})
 
     plan = make_plan(root, stage_names, items, stages_key=stages_key)
     result = SweepResult(plan=plan)
-    echo(f"sweep: engine {engine}, stages {', '.join(plan.stages)}: {len(plan.items)} items, "
-         f"{len(plan.to_run)} to run, {len(plan.up_to_date)} up to date")
+    between = [i.address for i in plan.items if i.between]
+    echo(f"sweep: engine {engine}, stages {', '.join(plan.stages)}"
+         + (f" (and between them: {', '.join(between)})" if between else "")
+         + f": {len(plan.items)} items, {len(plan.to_run)} to run, {len(plan.up_to_date)} up to date")
     if plan.up_to_date:
         echo(f"up to date (skipped): {', '.join(i.address for i in plan.up_to_date)}")
-    for s in plan.stages:
+    for s in dict.fromkeys(i.stage for i in plan.items):
         if engine == "slurm":
             r = merged_resources(sweep, s)
             echo(f"resources of {s}: partition {r.partition or '(default)'}, {r.cpus_per_task} CPUs, "
