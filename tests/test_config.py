@@ -350,7 +350,8 @@ def test_a_user_level_audit_unit_is_accepted_with_its_own_rules():
 # --------------------------------------------------------------------------- adaptation methods (issue 17)
 def test_cube_method_axis_defaults_to_full_and_multiplies_the_cube():
     assert {r.method for r in parse_params(MINIMAL).runs()} == {"full"}
-    p = parse_params(with_("cube.method", ["full", "lora", "prefix", "prompt", "head", "dpzero"]))
+    p = parse_params(with_("cube.method", ["full", "lora", "prefix", "prompt", "head", "dpzero"],
+                           with_("base.n_positions", 80)))
     assert len(p.runs()) == 4 * 6
     names = {r.name for r in p.runs()}
     assert "eps2-b64-T16-lr0.01-s0-prefix" in names and "eps64-b64-T16-lr0.01-s1-dpzero" in names
@@ -385,6 +386,10 @@ METHOD_ERRORS = [
     pytest.param(with_("train.variants", {"full": {"method": "lora"}}), "train.variants", "built-in", id="variant-name"),
     pytest.param(with_("train.prefix", {"layers": [0, 0]}), "train.prefix.layers", "distinct", id="prefix-layers"),
     pytest.param(with_("train.head", {"target": "ln_f"}), "train.head.target", "ln_f", id="head-target"),
+    pytest.param(with_("cube.method", ["prompt"]), "base.n_positions", "an integer >= 74", id="prompt-positions"),
+    pytest.param(with_("audit.cube", {"epsilon": [8], "batch_size": [64], "steps": [4], "learning_rate": [0.01],
+                                      "seed": [0], "method": ["dpzero"]}), "base.n_positions", "more than the tiny-gpt2 base's 64",
+                 id="dpzero-positions"),
 ]
 
 

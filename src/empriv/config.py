@@ -183,6 +183,9 @@ class RuntimeParams(_Section):
     threads: int = Field(2, ge=1)
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     wandb_project: str = "empriv"
+    # steps between checkpoints of a training run (resumed after a kill, bit-identical); null: none. Outputs do not
+    # depend on it (no stage re-runs when it changes); checkpoints live in .empriv/checkpoints ($EMPRIV_CHECKPOINT_DIR)
+    checkpoint_every: int | None = Field(None, ge=1)
 
     @field_validator("device")
     @classmethod
@@ -259,6 +262,9 @@ class BaseParams(_Section):
     n_embd: int = Field(64, ge=8)
     n_head: int = Field(2, ge=1)
     seq_len: int = Field(64, ge=8, le=4096)
+    # tiny-gpt2's learned position table; null: seq_len. Prompt tuning (prompt, dpzero) puts its P virtual tokens
+    # before the sequence, so it needs n_positions >= seq_len + P
+    n_positions: int | None = Field(None, ge=8, le=8192)
     pretrain_steps: int = Field(600, ge=0)
     pretrain_batch_size: int = Field(32, ge=1)
     pretrain_learning_rate: float = Field(3e-3, gt=0)
@@ -819,6 +825,12 @@ class Params(_Section):
                 raise ParamError(f"E (AWP steps) must be <= T = {min(steps)}, the fewest steps of a cube run with "
                                  f"method {name!r}", resolved.dpflat.awp_steps, f"an integer in [0, {min(steps)}]",
                                  key="train.dpflat.awp_steps")
+            virtual = {"prompt": resolved.prompt.n_virtual, "dpzero": resolved.dpzero.n_prompt}.get(resolved.method)
+            b = self.base
+            if virtual and b.name == "tiny-gpt2" and b.seq_len + virtual > (b.n_positions or b.seq_len):
+                raise ParamError(f"cube method {name!r} puts {virtual} virtual tokens before base.seq_len = {b.seq_len} "
+                                 f"tokens, more than the tiny-gpt2 base's {b.n_positions or b.seq_len} learned positions",
+                                 b.n_positions, f"an integer >= {b.seq_len + virtual}", key="base.n_positions")
             layers = resolved.prefix.layers
             if resolved.dpflat.layer_elimination and resolved.dpflat.target_layers is not None and layers is not None \
                     and resolved.dpflat.target_layers > len(layers):

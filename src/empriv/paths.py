@@ -12,6 +12,7 @@ which skips stages with uncached outputs other than metrics and plots).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PARAMS = Path("params.yaml")
@@ -53,6 +54,7 @@ AUDIT_METRICS_DIR = Path("records/audit")
 # run records/adaptation_audit/<dataset>/<method>/<point>.json, and per dataset a report directory
 ADAPTATION_DATA_DIR = Path("data/adaptation")
 ADAPTATION_AUDIT_DIR = Path("records/adaptation_audit")
+ADAPTATION_AUDIT_TABLE = Path("records/adaptation_audit.csv")  # analyze: one row per adaptation-audit run and attack
 ADAPTATION_REPORTS_DIR = Path("reports/adaptation_audit")
 
 # profiles, analyze
@@ -78,6 +80,9 @@ PARAMS_OK = Path(".empriv/params.ok")  # validate stage: constant content "valid
 
 # project state that is not a DVC output
 CALIBRATION_CACHE = Path(".empriv/calibration")  # σ calibrations (one JSON file per entry), re-verified on every hit
+# training checkpoints (runtime.checkpoint_every): <job>/<unit>/<method>/<point>/, deleted once the run's outputs are
+# written; an absolute $EMPRIV_CHECKPOINT_DIR for queued experiments (temporary workspaces) and clusters
+CHECKPOINTS_DIR = Path(os.environ.get("EMPRIV_CHECKPOINT_DIR", ".empriv/checkpoints"))
 
 
 def split_path(split: str, root: Path = PREPARED_DIR) -> Path:

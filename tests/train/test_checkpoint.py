@@ -332,7 +332,7 @@ def test_damaged_only_checkpoint_means_a_fresh_start(tmp_path, caplog, damage):
 
 def test_bad_cadence_is_one_line_value_error(tmp_path):
     for bad in (0, -1, 2.5, True, "3"):
-        with pytest.raises(ValueError, match=r"^train.checkpoint_every must be an integer >= 1 .*got"):
+        with pytest.raises(ValueError, match=r"^runtime.checkpoint_every must be an integer >= 1 .*got"):
             Checkpointer(tmp_path, bad)
 
 

@@ -32,7 +32,7 @@ def _params():
     return parse_params({
         "runtime": {"device": "cpu", "threads": 1, "wandb_mode": "disabled"},
         "data": {"n_train": 64},
-        "base": {"seq_len": 16},
+        "base": {"seq_len": 16, "n_positions": 32},
         "canaries": {"prefix_length": 8},
         "privacy": {"delta": 1e-5},
         "train": {"micro_batch_size": 16, "prefix": {"n_virtual": 4}, "prompt": {"n_virtual": 4},
@@ -174,3 +174,23 @@ def test_streams_differ_between_methods_and_full_keeps_its_old_key():
     keys = {m: RunStreams.of(run, method=params.for_method(m).train.run_method).key for m in METHODS}
     assert len(set(keys.values())) == len(METHODS)
     assert keys["full"] == "purpose=train|method=full|epsilon=8.0|batch_size=16|steps=3|learning_rate=0.01"
+
+
+def test_the_train_stage_checkpoints_under_its_job_and_point_when_asked(tmp_path, monkeypatch):
+    from empriv import paths
+    from empriv.pipeline.train import checkpointer
+
+    params = parse_params({"data": {"n_train": 64}, "runtime": {"checkpoint_every": 2, "wandb_mode": "disabled"},
+                           "cube": {"epsilon": [8], "batch_size": [16], "steps": [3], "learning_rate": [0.01],
+                                    "seed": [0], "method": ["lora"]}})
+    run = params.runs()[0]
+    monkeypatch.setattr(paths, "CHECKPOINTS_DIR", tmp_path / "ck")
+    ck = checkpointer(params.for_method("lora"), run, "train")
+    assert ck.directory == tmp_path / "ck" / "train" / "record" / "lora" / "eps8-b16-T3-lr0.01-s0" and ck.every == 2
+    ids, mask = _data()
+    _, m = train_model(params.for_method("lora"), run, _base(), ids, mask, checkpoint=ck)
+    assert m["resumed_from_step"] is None and len(m["loss_curve"]) == 3
+    ck.clear()
+    assert not any(ck.directory.glob("step-*"))
+    assert checkpointer(parse_params({"data": {"n_train": 64}, "cube": {"epsilon": [8], "batch_size": [16],
+                                      "steps": [3], "learning_rate": [0.01], "seed": [0]}}), run, "train") is None

@@ -72,7 +72,7 @@ def build_tiny_gpt2(base: BaseParams, vocab_size: int, eos_id: int):
 
     config = GPT2Config(
         vocab_size=vocab_size,
-        n_positions=base.seq_len,
+        n_positions=base.n_positions or base.seq_len,
         n_embd=base.n_embd,
         n_layer=base.n_layer,
         n_head=base.n_head,

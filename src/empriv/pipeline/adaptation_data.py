@@ -21,12 +21,16 @@ def build_sets(params: Params):
     """Both datasets' sets and the probe, as :func:`empriv.data.adaptation_sets.build_adaptation_sets` makes them from
     the params' sizes and seed (deterministic: every adaptation_data@ item builds the same sets)."""
     from empriv.data.adaptation_sets import build_adaptation_sets
+    from empriv.data.synthetic import secret_values
+    from empriv.io import read_jsonl
 
     a = params.adaptation_audit
+    # the planted secrets (synthetic-enron) and every value inside them may not appear in a generated public-like text
+    planted = [r["text"] for r in read_jsonl(paths.PLANTED_SECRETS) if r.get("text")] if paths.PLANTED_SECRETS.exists() else []
     return build_adaptation_sets(load_texts("public"), n_members=a.n_members, n_nonmembers=a.n_nonmembers,
                                  n_shadow=a.n_shadow, n_population=a.n_population, n_probe_members=a.n_probe,
                                  n_probe_nonmembers=a.n_probe, seed=a.seed,
-                                 ood_records_per_author=a.ood_records_per_author)
+                                 ood_records_per_author=a.ood_records_per_author, forbidden=secret_values(planted))
 
 
 def main(params: Params, dataset: str, out_root: Path = paths.ADAPTATION_DATA_DIR) -> dict:

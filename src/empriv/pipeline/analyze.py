@@ -43,10 +43,11 @@ def main(params: Params) -> dict:
     from empriv.analysis.report import render_html, write_report
     import polars as pl
 
+    from empriv.analysis.adaptation_audit import analyze_adaptation_audit
     from empriv.analysis.metrics import analysis_metrics, config_metrics, summary_metrics_by_unit
     from empriv.analysis.stage import compute_analysis, format_analysis
-    from empriv.analysis.table import run_table
-    from empriv.analysis.variance import format_summary, summarize
+    from empriv.analysis.table import audit_runs_outside_cube, run_table
+    from empriv.analysis.variance import format_summary_record, summary_record
 
     ap = params.analyze
     full = run_table(params, paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR, paths.AUDIT_METRICS_DIR)
@@ -56,16 +57,18 @@ def main(params: Params) -> dict:
     units = list(dict.fromkeys(full["unit"].to_list()))
     main_unit = "record" if "record" in units else units[0]
     table = full.filter(pl.col("unit") == main_unit) if len(units) > 1 else full
-    scores = [s for s in ap.scores if s in table.columns] or list(ap.scores)  # absent ones: summarize says so
-    summary = {"scores": scores, "per_epsilon": summarize(table, list(ap.scores)), "n_runs": table.height}
-    if len(units) > 1:
-        summary.update(unit=main_unit, n_runs_all_units=full.height,
-                       by_unit={u: summarize(full.filter(pl.col("unit") == u), list(ap.scores)) for u in units})
+    summary = summary_record(full, list(ap.scores), main_unit)  # per ε (and per unit / method when there are several)
+    scores = summary["scores"]
     base = base_utility(params, paths.BASE_METRICS)
     analysis, configs = compute_analysis(
         table, privacy_scores=list(ap.privacy_scores), utility=ap.utility,
         base_utility=base, retention_fraction=ap.retention_fraction,
-        monte_carlo_trials=ap.monte_carlo_trials, seed=ap.seed)
+        monte_carlo_trials=ap.monte_carlo_trials, seed=ap.seed,
+        audit_outside_cube=audit_runs_outside_cube(params, paths.AUDIT_METRICS_DIR, full))
+    # the adaptation audit (adaptation_audit.cube; none in the default run): its runs' attacks, per dataset × method × ε
+    adaptation = analyze_adaptation_audit(paths.ADAPTATION_AUDIT_DIR, paths.ADAPTATION_AUDIT_TABLE)
+    if adaptation is not None:
+        analysis["adaptation_audit"] = adaptation
     if len(units) > 1:
         analysis["notes"].append(f"privacy units {', '.join(units)}: this analysis covers the {main_unit} runs; every "
                                  "unit's per-ε summary is in the 'Record- vs user-level' table and metrics/summary.json")
@@ -77,7 +80,8 @@ def main(params: Params) -> dict:
             analysis, figures, cube=params.cube.model_dump(), params=ap.model_dump(),
             assumptions=assumptions([r.file_stem for r in params.runs()], paths.TRAIN_METRICS_DIR),
             run_rows=(full.columns, [list(r) for r in full.iter_rows()]),
-            units=unit_comparison(full, analysis["primary_score"], ap.utility) if len(units) > 1 else None,
+            units=unit_comparison(full.filter(pl.col("method") == analysis["methods"]["main"]) if "methods" in analysis
+                                  else full, analysis["primary_score"], ap.utility) if len(units) > 1 else None,
             profile_images=sorted(profiles.glob("*.png")) if profiles.is_dir() else None)
     write_report(paths.REPORT, html_text)
     with atomic_path(paths.RUNS_TABLE) as tmp:
@@ -87,7 +91,7 @@ def main(params: Params) -> dict:
     write_json(paths.SUMMARY, summary_metrics_by_unit(full, scores, ap.utility, base, main_unit))
     write_json(paths.CONFIGS, config_metrics(full, analysis["primary_score"], ap.utility))
     write_json(paths.ANALYSIS, analysis_metrics(analysis))
-    print(format_summary(summary["per_epsilon"], scores))
+    print(format_summary_record(summary))
     print(format_analysis(analysis))
     print(f"report: {paths.REPORT}")
     track_analysis(params, full, summary, analysis, configs)

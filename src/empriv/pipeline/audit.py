@@ -62,12 +62,14 @@ def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker
     from empriv.io import atomic_dir, write_json, write_jsonl
     from empriv.models.adapters import save_finetuned
     from empriv.models.registry import resolve_device
-    from empriv.pipeline.train import public_inputs, user_level_inputs
+    from empriv.pipeline.train import checkpointer, public_inputs, user_level_inputs
     from empriv.train.finetune import train_model
 
     ap = params.audit
     user_level = run.privacy_unit.user_level
+    ck = checkpointer(params, run, "audit")
     model, train_metrics = train_model(params, run, load_base(), ids, mask, canaries=cs, tokenizer=tok, job_type="audit",
+                                       checkpoint=ck,
                                        tracker=tracker, calibration_cache=calibration_cache(),
                                        **{k: v for k, v in user_level_inputs(run, tok).items() if k != "tokenizer"},
                                        **public_inputs(params, tok))
@@ -110,6 +112,8 @@ def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker
             save_finetuned(model, "full", tmp, tokenizer_dir=paths.TOKENIZER_DIR)
         write_jsonl(Path(tmp) / "canary_scores.jsonl", rows)
         write_json(Path(metrics_dir) / f"{run.file_stem}.json", out)
+    if ck is not None:
+        ck.clear()
     track_audit(tracker, out)
     if user_level:
         log.info("audit %s (user level, k=%d): eps_lb 95%% %.3f / 99%% %.3f (%d/%d correct of %d canary units), "

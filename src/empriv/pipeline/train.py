@@ -42,6 +42,18 @@ def public_inputs(params: Params, tok) -> dict:
     return {"public_ids": ids, "public_mask": mask}
 
 
+def checkpointer(params: Params, run: RunConfig, job: str):
+    """The run's :class:`~empriv.train.checkpoint.Checkpointer` (``runtime.checkpoint_every``), or None. Its directory
+    is kept until the stage has written its outputs (``clear()`` then), so a kill in between loses nothing."""
+    every = params.runtime.checkpoint_every
+    if not every:
+        return None
+    from empriv.train.checkpoint import Checkpointer
+
+    return Checkpointer(paths.CHECKPOINTS_DIR / job / run.file_stem, every, identity={"job": job},
+                        clear_on_completion=False)
+
+
 def user_level_inputs(run: RunConfig, tok) -> dict:
     """What a user-level unit trains from besides the encoded records: each record's unit, its full token list and
     (perplexity strategies) its mean NLL under the initial base; nothing for a record-level run."""
@@ -75,12 +87,15 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
 
     tok = load_tokenizer()
     ids, mask = encoded_train_split(params, tok)
+    ck = checkpointer(params, run, "train")
     model, metrics = train_model(params, run, load_base(), ids, mask, scrub_secrets=secrets_to_scrub(),
                                  calibration_cache=calibration_cache(), **user_level_inputs(run, tok),
-                                 **public_inputs(params, tok))
+                                 **public_inputs(params, tok), checkpoint=ck)
     with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
         save_finetuned(model, params.train.method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, base_directory=paths.BASE_DIR)
         write_json(Path(metrics_dir) / f"{run.file_stem}.json", metrics)
+    if ck is not None:
+        ck.clear()
     eps = metrics.get("epsilon_user_level", metrics["epsilon_prv"]) if run.privacy_unit.user_level else metrics["epsilon_prv"]
     log.info("%s: σ=%.4f q=%.4f T=%d ε%s=%s final loss %.4f in %.1f s",
              run.name, metrics["noise_multiplier"], metrics["sample_rate"], run.steps,

@@ -84,7 +84,7 @@ class Checkpointer:
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
-            raise ValueError(f"train.checkpoint_every must be an integer >= 1 (steps between checkpoints), "
+            raise ValueError(f"runtime.checkpoint_every must be an integer >= 1 (steps between checkpoints), "
                              f"got {self.every!r}")
         object.__setattr__(self, "directory", Path(self.directory))
         object.__setattr__(self, "identity", _plain(dict(self.identity)))

@@ -95,7 +95,7 @@ def method_facts(params: Params) -> dict:
 
 def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, canaries=None, tokenizer=None,
                 job_type: str = "train", tracker=None, scrub_secrets=(), calibration_cache=None, unit_ids=None,
-                record_tokens=None, record_scores=None, public_ids=None, public_mask=None):
+                record_tokens=None, record_scores=None, public_ids=None, public_mask=None, checkpoint=None):
     """Calibrate σ and DP-fine-tune ``base`` on the encoded records (``train_ids``/``train_mask``: [n, L]) for
     ``run``; returns (model, metrics). Nothing is saved.
 
@@ -210,7 +210,7 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
                                 canary_info=canary_info, privacy=privacy, streams=streams, device=device,
                                 tracker=tracker, t_start=t_start, t_setup=t_setup, own_tracker=own_tracker,
                                 unit_data=unit_data, eos_id=None if tokenizer is None else tokenizer.eos_id,
-                                public=(public_ids, public_mask))
+                                public=(public_ids, public_mask), checkpoint=checkpoint)
     except BaseException:
         if own_tracker:
             tracker.abort()
@@ -219,7 +219,7 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
 
 def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_data, canaries, canary_info, privacy,
                      streams, device, tracker, t_start, t_setup, own_tracker, unit_data=None, eos_id=None,
-                     public=(None, None)):
+                     public=(None, None), checkpoint=None):
     import torch
 
     from empriv.models.adapters import trainable_parameters
@@ -257,12 +257,18 @@ def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_d
     unit_facts: dict = {}
     method_extra: dict = {}
     tp = params.train
+    if checkpoint is not None and (tp.method == "dpzero" or (tp.method == "prefix" and tp.dpflat.enabled)):
+        log.warning("%s: runtime.checkpoint_every is not supported by the %s loop: this run is not checkpointed",
+                    run.name, "DPZero" if tp.method == "dpzero" else "DP-Flat")
+        method_extra["checkpointing"] = "not supported by this method's loop"
     if tp.method == "dpzero":
-        model, result, method_extra = _train_dpzero(params, run, model, ids, mask, privacy=privacy, streams=streams,
-                                                   device=device, on_step=on_step, public=public)
+        model, result, extra = _train_dpzero(params, run, model, ids, mask, privacy=privacy, streams=streams,
+                                             device=device, on_step=on_step, public=public)
+        method_extra.update(extra)
     elif tp.method == "prefix" and tp.dpflat.enabled:
-        model, result, method_extra = _train_dpflat(params, run, model, ids, mask, privacy=privacy, streams=streams,
-                                                   device=device, on_step=on_step, public=public)
+        model, result, extra = _train_dpflat(params, run, model, ids, mask, privacy=privacy, streams=streams,
+                                             device=device, on_step=on_step, public=public)
+        method_extra.update(extra)
     elif unit_data is None:
         result = dp_finetune(
             model,
@@ -274,12 +280,13 @@ def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_d
             device=device,
             on_step=on_step,
             streams=streams,
+            checkpoint=checkpoint,
         )
     else:
         from empriv.train.user_level import train_user_level
 
         result, unit_facts = train_user_level(params, run, model, unit_data, privacy=privacy, streams=streams,
-                                              device=device, eos_id=eos_id, on_step=on_step)
+                                              device=device, eos_id=eos_id, on_step=on_step, checkpoint=checkpoint)
     model.to("cpu")
     finite = [x for x in result.losses if not math.isnan(x)]
     metrics = {
@@ -311,6 +318,7 @@ def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_d
         "train_time_s": result.wall_time_s,
         "setup_time_s": t_setup - t_start,
         "loss_curve": result.losses,
+        "resumed_from_step": getattr(result, "resumed_from_step", None),
         **method_extra,
     }
     if curve:
