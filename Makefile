@@ -18,7 +18,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export WANDB_MODE ?= offline
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: repro test venv summary clean-venv chromium
+.PHONY: repro test venv summary clean-venv chromium slurm
 
 venv: $(STAMP)
 
@@ -41,7 +41,7 @@ repro: $(STAMP)
 summary: $(STAMP)
 	@$(BIN)/empriv summary
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium slurm
 	$(BIN)/python -m pytest
 
 # The report's browser test needs headless Chromium (Debian's `chromium`). Install it where it is missing
@@ -53,6 +53,15 @@ chromium:
 	  || { DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 \
 	       && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1; } \
 	  || echo "warning: could not install chromium; the browser test will skip"; \
+	fi
+
+# The SLURM sweep tests run a localhost cluster (Debian's slurmctld slurmd slurm-client munge, ~8 s to install).
+# Installed where missing and we can (root with apt-get); a failed install does not fail the build: they skip.
+slurm:
+	@if ! command -v slurmctld >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing SLURM and munge (apt-get) for the localhost cluster of the sweep tests"; \
+	  tools/slurm/cluster.sh install >/dev/null 2>&1 \
+	  || echo "warning: could not install SLURM; the SLURM sweep tests will skip"; \
 	fi
 
 clean-venv:

@@ -2,6 +2,7 @@
 # A single-node SLURM cluster on localhost, for tests (see docs/cluster.md).
 #
 #   tools/slurm/cluster.sh install                 apt-get Debian's slurmctld slurmd slurm-client munge if absent
+#                                                  (apt-get update first only when the lists lack them)
 #   tools/slurm/cluster.sh start  [STATE_DIR] [PORT] write slurm.conf, start munged, slurmctld, slurmd; wait for an idle node
 #   tools/slurm/cluster.sh stop   [STATE_DIR]        stop the daemons recorded in STATE_DIR/pids (by PID only)
 #   tools/slurm/cluster.sh status [STATE_DIR]        which recorded daemons are alive, and sinfo
@@ -47,7 +48,12 @@ cmd_install() {
         return 0
     fi
     [[ "$(id -u)" == 0 ]] || die "install needs root (apt-get); run as root or install ${PACKAGES[*]} yourself"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
+    command -v apt-get >/dev/null 2>&1 || die "install needs apt-get (Debian/Ubuntu); install ${PACKAGES[*]} yourself"
+    # a fresh container has no package lists: update them only when the install cannot find the packages
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" \
+        || { DEBIAN_FRONTEND=noninteractive apt-get update -q \
+             && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"; } \
+        || die "apt-get could not install ${PACKAGES[*]}"
     have_binaries || die "packages ${PACKAGES[*]} installed but a binary is still missing"
     echo "installed: $(slurmctld -V)"
 }
