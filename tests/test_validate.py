@@ -139,7 +139,7 @@ def test_unknown_keys_at_every_level_with_did_you_mean(path, suggestion):
 def test_an_unknown_key_with_no_close_match_lists_the_section():
     line = one_line(with_("zzz", 1))
     assert line == ("zzz: unknown key (allowed: runtime, data, tokenizer, base, secrets, privacy, train, cube, score, "
-                    "analyze, canaries, audit, inputs)")
+                    "analyze, canaries, audit, adaptation_audit, sweep, inputs)")
 
 
 def test_a_top_level_typo_in_a_params_file_fails(tmp_path):
@@ -326,11 +326,12 @@ def test_known_score_names_are_what_scoring_and_the_run_table_produce(tmp_path, 
     (tmp_path / "score").mkdir()
     (tmp_path / "train").mkdir()
     for d in ("score", "train"):
-        (tmp_path / d / "record").mkdir(parents=True, exist_ok=True)
+        (tmp_path / d / "record" / "full").mkdir(parents=True, exist_ok=True)
     (tmp_path / "score" / f"{run.file_stem}.json").write_text(json.dumps(metrics))
     (tmp_path / "train" / f"{run.file_stem}.json").write_text(json.dumps({k: 1.0 for k in TRAIN_COLUMNS}))
     table = run_table(params, tmp_path / "train", tmp_path / "score", tmp_path / "audit")
-    described = {"config", "group", "epsilon", "batch_size", "steps", "learning_rate", "seed", "unit", "compute",
+    described = {"config", "group", "epsilon", "batch_size", "steps", "learning_rate", "seed", "unit", "method",
+                 "trainable_parameters", "compute",
                  "update", *TRAIN_COLUMNS}
     assert set(table.columns) - described == set(SCORE_NAMES) | set(SCORE_COUNTS)
     assert len(set(SCORE_NAMES)) == len(SCORE_NAMES) and not set(SCORE_NAMES) & set(SCORE_COUNTS)
@@ -449,6 +450,7 @@ MATRIX_DVC = """stages:
       learning_rate: ${cube.learning_rate}
       seed: ${cube.seed}
       unit: ${cube.unit}
+      method: ${cube.method}
     cmd: >-
       echo --name eps${item.epsilon}-b${item.batch_size}-T${item.steps}-lr${item.learning_rate}-s${item.seed}
 """
@@ -460,7 +462,7 @@ def test_dvc_matrix_spellings_must_match_run_names(tmp_path):
     (tmp_path / "dvc.yaml").write_text(MATRIX_DVC)
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text("data:\n  n_train: 100\ncube:\n  epsilon: [2, 4.0, .inf]\n  batch_size: [8]\n  steps: [1]\n"
-                    "  learning_rate: [0.01, 1e-3]\n  seed: [0]\n  unit: [record, userwise-k5-chunk]\n")
+                    "  learning_rate: [0.01, 1e-3]\n  seed: [0]\n  unit: [record, userwise-k5-chunk]\n  method: [full]\n")
     assert len(validate_project(good, tmp_path / "dvc.yaml").runs()) == 12
     # a params file written before the unit axis: one line saying what to add
     old = tmp_path / "old.yaml"

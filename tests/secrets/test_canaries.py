@@ -164,7 +164,8 @@ def test_params_sections_validate():
     cube = {"epsilon": [8], "batch_size": [8], "steps": [1], "learning_rate": [0.1], "seed": [0]}
     p = parse_params({"cube": cube})
     assert p.canaries.design == "new_token" and p.audit.guesses == 100
-    assert [r.name for r in p.audit_runs()] == ["eps2-b128-T32-lr0.01-s0", "eps64-b128-T32-lr0.01-s0", "epsinf-b128-T32-lr0.01-s0"]
+    assert [r.name for r in p.audit_runs()] == ["eps2-b128-T32-lr0.01-s0-full", "eps64-b128-T32-lr0.01-s0-full",
+                                               "epsinf-b128-T32-lr0.01-s0-full"]
     with pytest.raises(ConfigError, match=r"canaries.design.*(got 'fancy')"):
         parse_params({"cube": cube, "canaries": {"design": "fancy"}})
     with pytest.raises(ConfigError, match="audit.guesses = 200 must be <= canaries.n_canaries = 100"):

@@ -19,13 +19,13 @@ EOS = 299
 CPU = torch.device("cpu")
 
 
-def make_params(**train):
+def make_params(method: str = "full", **train):
     raw = {
         "data": {"n_train": 1000},
         "train": {"optimizer": "sgd", "clip_norm": 1e6, "micro_batch_size": 64, **train},
         "cube": {"epsilon": [8], "batch_size": [8], "steps": [1], "learning_rate": [0.1], "seed": [0]},
     }
-    return parse_params(raw)
+    return parse_params(raw).for_method(method)  # the method is a cube axis; a run's params name it in train
 
 
 def make_model(convert: bool = True):

@@ -226,7 +226,9 @@ def test_restricting_the_prefix_keeps_the_kept_layers_values():
         assert set(sub_kv) == {0, 2}
         for layer in (0, 2):
             for a, b in zip(full_kv[layer], sub_kv[layer]):
-                assert torch.equal(a, b)
+                # the same values; the reparameterised prefix computes them with a narrower matmul, whose float
+                # summation order the BLAS kernel may choose differently
+                torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
         same = restrict_prefix_layers(model, [0, 1, 2])
         with torch.no_grad():
             assert torch.equal(same(IDS).logits, model(IDS).logits)

@@ -202,9 +202,10 @@ def test_unit_specs_parse_and_bad_ones_are_one_line_errors():
         parse_params({"cube": {"epsilon": [8], "batch_size": [8], "steps": [1], "learning_rate": [0.1], "seed": [0],
                                "unit": ["record", "group-k2-median"]}})
     run = RunConfig(8, 64, 16, 0.005, 1, "userwise-k10-chunk")
-    assert run.name == "eps8-b64-T16-lr0.005-s1-userwise-k10-chunk" and run.group == "eps8-b64-T16-lr0.005-userwise-k10-chunk"
-    assert run.file_stem == "userwise-k10-chunk/eps8-b64-T16-lr0.005-s1"
-    assert RunConfig(8, 64, 16, 0.005, 1).name == "eps8-b64-T16-lr0.005-s1"  # record-level names unchanged
+    assert run.name == "eps8-b64-T16-lr0.005-s1-userwise-k10-chunk-full"
+    assert run.group == "eps8-b64-T16-lr0.005-userwise-k10-chunk-full"
+    assert run.file_stem == "userwise-k10-chunk/full/eps8-b64-T16-lr0.005-s1"
+    assert RunConfig(8, 64, 16, 0.005, 1).name == "eps8-b64-T16-lr0.005-s1-full"  # record-level: no unit suffix
 
 
 def test_group_calibration_cache_hits_are_reaccounted_and_bad_ones_replaced(tmp_path, caplog):
