@@ -17,7 +17,7 @@ SIZES = {"n_members": 40, "n_nonmembers": 40, "n_shadow": 40, "n_population": 40
 OVERRIDES = {
     **TINY,
     "base": {**TINY["base"], "n_positions": 72},  # room for the 4 virtual tokens of prompt and DPZero tuning
-    "train": {"micro_batch_size": 16, "prefix": {"n_virtual": 4}, "prompt": {"n_virtual": 4},
+    "train": {"micro_batch_size": 16, "prefix": {"n_virtual": 4}, "prompt": {"n_virtual": 4}, "dpzero": {"n_prompt": 4},
               "variants": {"dpflat": {"method": "prefix", "dpflat": {"awp": True, "awp_steps": 2, "kd": True,
                                                                      "nor_steps": 5, "kd_lambda": 0.001}}}},
     # the main cube: one point, every kind of method (train + score through the pipeline)
