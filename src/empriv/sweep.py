@@ -278,6 +278,16 @@ def attempts_of(folder: Path, address: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _die_with_parent() -> None:
+    """In the command's process (Linux): SIGTERM when the job process that started it dies, even by SIGKILL."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class StageJob(_Checkpointable):
     """The callable a job runs: an item's resolved command(s), in its working directory, with DVC's environment
     (``DVC_ROOT``, ``DVC_STAGE``). Each start is recorded in ``<folder>/attempts/<item>.jsonl``. A non-zero exit
@@ -320,12 +330,16 @@ class StageJob(_Checkpointable):
         for command in self.commands:
             print(f"empriv sweep: {self.address} attempt {attempt} on {socket.gethostname()}: {command}", flush=True)
             # own session: a signal meant for the job step reaches the command only through checkpoint()
-            self._proc = subprocess.Popen(_shell_argv(command), cwd=self.wdir, env=env, start_new_session=True)
-            # poll rather than wait(): Popen.wait() holds a lock that checkpoint(), run from submitit's signal
-            # handler in this same thread, would need
-            while (returncode := self._proc.poll()) is None:
-                time.sleep(0.2)
-            self._proc = None
+            self._proc = subprocess.Popen(_shell_argv(command), cwd=self.wdir, env=env, start_new_session=True,
+                                          preexec_fn=_die_with_parent)
+            try:
+                # poll rather than wait(): Popen.wait() holds a lock that checkpoint(), run from submitit's signal
+                # handler in this same thread, would need
+                while (returncode := self._proc.poll()) is None:
+                    time.sleep(0.2)
+            finally:  # cancelled (SIGINT), requeued or failing: the command's process group goes with the job
+                self._terminate(grace_s=5)
+                self._proc = None
             if returncode != 0:
                 how = (f"killed by {signal.Signals(-returncode).name}" if returncode < 0 and
                        -returncode in signal.Signals._value2member_map_ else f"exit status {returncode}")
@@ -333,15 +347,15 @@ class StageJob(_Checkpointable):
         return {"address": self.address, "attempt": attempt, "seconds": time.time() - started,
                 "host": socket.gethostname()}
 
-    def _terminate(self) -> None:
-        """SIGTERM to the command's process group, SIGKILL after ``TERMINATE_GRACE_S`` (no blocking wait: this
-        runs inside a signal handler)."""
+    def _terminate(self, grace_s: float = TERMINATE_GRACE_S) -> None:
+        """SIGTERM to the command's process group, SIGKILL after ``grace_s`` (no blocking wait: this may run
+        inside a signal handler)."""
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return
         try:
             os.killpg(proc.pid, signal.SIGTERM)
-            deadline = time.monotonic() + TERMINATE_GRACE_S
+            deadline = time.monotonic() + grace_s
             while proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
             if proc.poll() is None:
