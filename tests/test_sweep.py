@@ -313,7 +313,7 @@ def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cach
     # total waits for both train items, score@x for train@x and total
     assert max(out.index("done train@1"), out.index("done train@2")) < out.index("submitted total")
     assert out.index("done total") < min(out.index("submitted score@1"), out.index("submitted score@2"))
-    assert re.search(r"^submitted train@1: job \d+, logs \.empriv/sweep/\d{8}-\d{6}/\d+_0_log\.out and \.err$", out,
+    assert re.search(r"^submitted train@1: job \d+, logs \.empriv/sweep/\d{8}-\d{6}-\d+/\d+_0_log\.out and \.err$", out,
                      re.M)
     assert "committed 5 item(s) to dvc.lock and the DVC cache; dvc status of them: clean" in out
     assert out.strip().splitlines()[-1] == "sweep: 5 done, 0 failed, 0 blocked, 0 up to date (skipped)"

@@ -540,6 +540,11 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
     if plan.upstream:
         echo(f"upstream: dvc repro {' '.join(plan.upstream)}"
              + ("" if plan.stale_upstream else " (up to date)"))
+        serial = [u for u in plan.stale_upstream if "@" in u and u.partition("@")[0] in matrix]
+        if serial:
+            echo(f"note: {len(serial)} stale item(s) of matrix stages upstream run in that dvc repro, one after "
+                 f"another ({', '.join(sorted({u.partition('@')[0] for u in serial}))}): add their stage to the "
+                 "sweep's stages to run them as jobs")
         if plan.stale_upstream:
             run = subprocess.run([sys.executable, "-m", "dvc", "repro", *plan.upstream], cwd=root)
             if run.returncode != 0:
@@ -553,7 +558,7 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
         return result
 
     folder = Path(sweep.folder)
-    folder = (folder if folder.is_absolute() else root / folder) / time.strftime("%Y%m%d-%H%M%S")
+    folder = (folder if folder.is_absolute() else root / folder) / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     folder.mkdir(parents=True, exist_ok=True)
     result.folder = folder
     runner = _Engine(engine, sweep, folder, sorted({i.stage for i in plan.to_run}))
