@@ -11,8 +11,9 @@ How it works (Linux only; anything else runs the module directly, see below):
 * The **client** (this module's ``main``) is small on purpose: it imports only the standard library modules it
   needs (no torch, nothing from empriv but the empty package ``empriv/__init__.py``). It connects to a Unix socket
   ``.empriv/warm/<key>.sock`` in the repository (the nearest directory above the working directory holding
-  ``.dvc`` or ``.git``; ``EMPRIV_WARM_DIR`` names another directory). ``<key>`` hashes what the imported libraries
-  depend on: the interpreter, its options, the virtual environment, the name and mtime of every installed
+  ``.dvc`` or ``.git``; ``EMPRIV_WARM_DIR`` names another directory). ``<key>`` hashes the host name (a socket
+  on a shared file system serves only the host that bound it) and what the imported libraries depend on: the
+  interpreter, its options, the virtual environment, the name and mtime of every installed
   distribution, the environment variables read at import time (``PYTHON*``, ``LC_*``, ``HOME``, ``OMP_*``,
   ``HF_*``, ...) and this file's own source. A client whose key differs gets a server of its own.
 * If no server answers, the client starts one (``python -m empriv.warm --serve``, detached in its own session,
@@ -130,7 +131,8 @@ def server_key(environ=None) -> str:
             h.update(repr(part).encode("utf-8", "surrogateescape"))
             h.update(b"\0")
 
-    add(sys.version, sys.executable, os.path.realpath(sys.executable), sys.prefix, sys.base_prefix,
+    add(os.uname().nodename,  # a socket on a shared file system is reachable only from the host that bound it
+        sys.version, sys.executable, os.path.realpath(sys.executable), sys.prefix, sys.base_prefix,
         tuple(sys.flags), sorted(sys.warnoptions), sorted(getattr(sys, "_xoptions", {}).items()),
         _interpreter_options(), preload_modules(env))
     add(sorted((k, v) for k, v in env.items() if k.startswith(KEY_ENV_PREFIXES)))
