@@ -36,6 +36,7 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 repro: $(STAMP)
 	$(BIN)/empriv validate
 	$(BIN)/dvc repro
+	@$(BIN)/python -m empriv.warm --stop  # the warm worker of the model stages (docs/timing.md); it would idle 300 s
 	@$(BIN)/empriv summary
 
 summary: $(STAMP)

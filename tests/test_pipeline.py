@@ -63,6 +63,7 @@ def _env(tmp: Path) -> dict:
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["WANDB_MODE"] = "offline"
+    env["EMPRIV_WARM_IDLE"] = "20"  # each scratch repo's warm worker (dvc.yaml's model stages) exits soon after
     env.pop("WANDB_API_KEY", None)
     return env
 

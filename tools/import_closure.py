@@ -136,10 +136,15 @@ def cycles(level: str = "package") -> list[list[str]]:
 
 
 def stage_entry(cmd: str) -> tuple[str | None, str | None]:
-    """(module, script) a stage's command runs: ``python -m empriv.pipeline.x`` or ``python stages/x.py``."""
+    """(module, script) a stage's command runs: ``python -m empriv.pipeline.x``, ``python -m empriv.warm
+    empriv.pipeline.x`` (the warm worker runs the next word's module; it changes no result, so it is no dep) or
+    ``python stages/x.py``."""
     words = " ".join(str(cmd).split()).split(" ")
     if "-m" in words:
-        return words[words.index("-m") + 1], None
+        i = words.index("-m") + 1
+        if words[i] == "empriv.warm":
+            i += 1
+        return words[i], None
     for w in words:
         if w.endswith(".py"):
             return None, w

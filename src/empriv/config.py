@@ -1150,6 +1150,10 @@ def _error_line(e: dict, root: type[BaseModel], prefix: str) -> tuple[str, str, 
         if isinstance(part, int):
             key += f"[{part}]"
             annotation, metadata = _list_item(annotation), []
+        elif get_origin(annotation) is dict and isinstance(part, str):  # a key of a dict[str, X] field
+            key = f"{key}.{part}"
+            annotation, metadata = get_args(annotation)[1], []
+            model = _model_of(annotation)
         elif model is not None and part in model.model_fields:
             field = model.model_fields[part]
             key = f"{key}.{part}" if key else part
