@@ -24,6 +24,19 @@ def set_threads(params: Params) -> None:
     torch.set_num_threads(params.runtime.threads)
 
 
+def peak_memory() -> dict:
+    """This process's peak memory so far, for a run's metadata: resident set (MB; under the warm worker it includes
+    the pages shared with the server) and, on CUDA, the most torch allocated on each device."""
+    import resource
+
+    out = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["peak_cuda_mb"] = {str(i): round(torch.cuda.max_memory_allocated(i) / 2**20, 1)
+                               for i in range(torch.cuda.device_count())}
+    return out
+
+
 def record_cost(started: float, log_path: str | None = None) -> dict:
     """Wall time, CPU time and peak memory (RSS) of this stage process; appended as one JSON line to
     ``$EMPRIV_TIMING_LOG`` when that is set (the preset studies use it), never into DVC outputs."""
@@ -37,6 +50,8 @@ def record_cost(started: float, log_path: str | None = None) -> dict:
         name += "@" + sys.argv[sys.argv.index("--name") + 1]
     if "--unit" in sys.argv[1:-1] and sys.argv[sys.argv.index("--unit") + 1] != "record":
         name += "-" + sys.argv[sys.argv.index("--unit") + 1]  # the run's name: one record per stage process
+    if "--method" in sys.argv[1:-1]:
+        name += "-" + sys.argv[sys.argv.index("--method") + 1]
     record = {"stage": name, "wall_s": round(time.time() - started, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
               "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
     log_path = log_path or os.environ.get("EMPRIV_TIMING_LOG")

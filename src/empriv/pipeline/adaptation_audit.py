@@ -47,6 +47,7 @@ def main(params: Params, dataset: str, run: RunConfig, data_root: Path = paths.A
     from empriv.pipeline.adaptation_data import read_set
     from empriv.pipeline.common import load_base, load_tokenizer
     from empriv.pipeline.train import calibration_cache, public_inputs
+    from empriv.stage import peak_memory
     from empriv.train.finetune import train_model
 
     t0 = time.time()
@@ -97,6 +98,7 @@ def main(params: Params, dataset: str, run: RunConfig, data_root: Path = paths.A
         "shadow_train": {k: shadow_metrics.get(k) for k in ("noise_multiplier", "final_loss", "random_streams")},
         "attack_time_s": time.time() - t_attack,
         "wall_time_s": time.time() - t0,
+        "peak_memory": peak_memory(),
     }
     write_json(Path(out_root) / dataset / f"{run.file_stem.split('/', 1)[1]}.json", out)
     mia = result["mia"]

@@ -63,6 +63,7 @@ def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker
     from empriv.models.adapters import save_finetuned
     from empriv.models.registry import resolve_device
     from empriv.pipeline.train import checkpointer, public_inputs, user_level_inputs
+    from empriv.stage import peak_memory
     from empriv.train.finetune import train_model
 
     ap = params.audit
@@ -98,6 +99,7 @@ def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker
         "train": {k: train_metrics.get(k) for k in TRAIN_FACTS + (USER_FACTS if user_level else ())},
         "score_time_s": time.time() - t_score,
         "wall_time_s": time.time() - t0,
+        "peak_memory": peak_memory(),
     }
     with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
         method = params.train.method

@@ -20,6 +20,9 @@ def main(params: Params, run: RunConfig, model_dir=None, metrics_dir=paths.SCORE
     secrets = read_jsonl(paths.FILTERED_SECRETS)
     test_texts = [r["text"] for r in read_jsonl(paths.HELDOUT_DIR / "test.jsonl")]
     metrics = score_model(params, run, model, load_base().to(device), load_tokenizer(), secrets, test_texts)
+    from empriv.stage import peak_memory
+
+    metrics["peak_memory"] = peak_memory()
     write_json(Path(metrics_dir) / f"{run.file_stem}.json", metrics)
     track_scores(params, run, metrics, secrets)
     return metrics
@@ -34,7 +37,7 @@ def track_scores(params: Params, run: RunConfig, metrics: dict, secrets: list[di
         if not t.active:
             return
         t.summary({f"score/{k}": v for k, v in metrics.items()
-                   if k not in ("per_secret", "config", *run.as_dict()) and not isinstance(v, list)})
+                   if k not in ("per_secret", "config", *run.as_dict()) and not isinstance(v, (list, dict))})
         rows = metrics.get("per_secret") or []
         columns = list(dict.fromkeys(k for r in rows for k in r))
         if rows:

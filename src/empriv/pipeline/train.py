@@ -91,6 +91,9 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     model, metrics = train_model(params, run, load_base(), ids, mask, scrub_secrets=secrets_to_scrub(),
                                  calibration_cache=calibration_cache(), **user_level_inputs(run, tok),
                                  **public_inputs(params, tok), checkpoint=ck)
+    from empriv.stage import peak_memory
+
+    metrics["peak_memory"] = peak_memory()  # of the stage process, training included
     with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
         save_finetuned(model, params.train.method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, base_directory=paths.BASE_DIR)
         write_json(Path(metrics_dir) / f"{run.file_stem}.json", metrics)
