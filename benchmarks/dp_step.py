@@ -3,6 +3,8 @@
 Run:  OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py [--repeats 7] [--steps 2] [--smollm]
 
 - non-private: ``empriv.train.dp.dp_finetune`` with ``noise_multiplier=None`` (plain autograd on the mean loss);
+- np-trim: the same non-private step on the fast step's micro-batches (records sorted by length, padding trimmed),
+  so ``fast/np-trim`` is what privacy alone costs;
 - empriv DP: ``dp_finetune`` with σ = 1, C = 1 (opacus GradSampleModule + DPOptimizer, empriv's micro-batching,
   per-sample mean NLL) — the current training loop;
 - empriv fast: :func:`empriv.models.fast_dp.fast_dp_step` (ghost norms or materialised per-example gradients per
@@ -21,7 +23,8 @@ Every side runs q = 1 (the whole batch every step) so the steps are the same siz
 default run (2 layers × 64, full and LoRA) and, with ``--smollm``, SmolLM2-135M from the embedded GGUF (LoRA, fewer
 records). Records are 33–64 tokens (random lengths, right-padded to 64). Printed: median seconds per step over
 ``--repeats`` interleaved runs of ``--steps`` steps (after a warm-up), the ratios to the non-private step (issue 18's
-goal for empriv's step: ≤ 1.10 for LoRA, ≤ 1.3 for full) and the fast step's ratio to opacus stock and ghost.
+goal for empriv's step: ≤ 1.10 for LoRA, ≤ 1.3 for full), the fast step's ratio to the trimmed non-private step, and
+its ratio to opacus stock and ghost.
 """
 
 from __future__ import annotations
@@ -121,6 +124,27 @@ def time_opacus(make, method, ids, mask, steps, micro) -> float:
     return (time.perf_counter() - t0) / steps
 
 
+def time_np_trimmed(make, method, ids, mask, steps, micro) -> float:
+    """The non-private step on the fast step's micro-batches (records sorted by length, right padding trimmed):
+    the ratio fast / this isolates what privacy costs from what trimming saves."""
+    from empriv.models.fast_dp import record_lengths, trim_padding
+    from empriv.models.lm import per_sample_mean_nll
+
+    params = params_for(method, micro)
+    model = prepared(make, method, params).train()
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.001)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        order = torch.argsort(record_lengths(mask), stable=True)
+        for start in range(0, len(order), micro):
+            rows = order[start:start + micro]
+            x, m = trim_padding(ids[rows], mask[rows])
+            (per_sample_mean_nll(model, x, m).sum() / len(order)).backward()
+        optimizer.step()
+    return (time.perf_counter() - t0) / steps
+
+
 def time_fast(make, method, ids, mask, steps, micro) -> float:
     from empriv.models.fast_dp import fast_dp_step
 
@@ -202,12 +226,14 @@ def main(argv=None) -> int:
         cases.append(("smollm2-135m", smollm2, "lora", 8, 8))
     print(f"torch threads {args.threads}; records of 33-64 tokens padded to {SEQ_LEN}, q = 1; median s/step over "
           f"{args.repeats} runs of {args.steps} steps (interleaved, after a warm-up)")
-    print(f"{'model':13} {'method':6} {'batch':>5} {'non-priv':>8} {'empriv':>7} {'fast':>7} {'opacus':>7} {'ghost':>7} "
-          f"{'empriv/np':>9} {'fast/np':>7} {'fast/opacus':>11} {'fast/ghost':>10} {'ghost err':>9}")
+    print(f"{'model':13} {'method':6} {'batch':>5} {'non-priv':>8} {'np-trim':>7} {'empriv':>7} {'fast':>7} {'opacus':>7} "
+          f"{'ghost':>7} {'empriv/np':>9} {'fast/np':>7} {'fast/np-trim':>12} {'fast/opacus':>11} {'fast/ghost':>10} "
+          f"{'ghost err':>9}")
     for name, make, method, n, micro in cases:
         vocab = make().get_input_embeddings().weight.shape[0] if name != "tiny-gpt2" else 2048
         ids, mask = batch(n, vocab)
         runs = {"np": lambda: time_empriv(make, method, ids, mask, args.steps, micro, None),
+                "np_trim": lambda: time_np_trimmed(make, method, ids, mask, args.steps, micro),
                 "dp": lambda: time_empriv(make, method, ids, mask, args.steps, micro, 1.0),
                 "fast": lambda: time_fast(make, method, ids, mask, args.steps, micro),
                 "opacus": lambda: time_opacus(make, method, ids, mask, args.steps, micro),
@@ -226,9 +252,9 @@ def main(argv=None) -> int:
                 times[k].append(fn())
         m = {k: statistics.median(v) for k, v in times.items()}
         m.setdefault("ghost", math.nan)
-        print(f"{name:13} {method:6} {n:>5} {m['np']:>8.4f} {m['dp']:>7.4f} {m['fast']:>7.4f} {m['opacus']:>7.4f} "
-              f"{m['ghost']:>7.4f} {m['dp'] / m['np']:>9.2f} {m['fast'] / m['np']:>7.2f} "
-              f"{m['fast'] / m['opacus']:>11.2f} {m['fast'] / m['ghost']:>10.2f} {err:>9.1e}".replace("nan", "n/a"),
+        print(f"{name:13} {method:6} {n:>5} {m['np']:>8.4f} {m['np_trim']:>7.4f} {m['dp']:>7.4f} {m['fast']:>7.4f} "
+              f"{m['opacus']:>7.4f} {m['ghost']:>7.4f} {m['dp'] / m['np']:>9.2f} {m['fast'] / m['np']:>7.2f} "
+              f"{m['fast'] / m['np_trim']:>12.2f} {m['fast'] / m['opacus']:>11.2f} {m['fast'] / m['ghost']:>10.2f} {err:>9.1e}".replace("nan", "n/a"),
               flush=True)
     return 0
 

@@ -234,6 +234,13 @@ def test_errors_are_one_line_value_errors():
         fast_dp_step(model, IDS, MASK, clip_norm=1.0, micro_batch_size=0, **kw)
     with pytest.raises(ValueError, match=r"ids and mask must both be \[B, L\]"):
         fast_dp_step(model, IDS, MASK[:, :5], clip_norm=1.0, **kw)
+    def shared_positions(m, ids, mask):  # GPT-2 then embeds positions as one [1, L] tensor for the whole batch
+        logits = m(input_ids=ids, use_cache=False).logits
+        nll = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
+        return (nll * mask[:, 1:]).sum(1) / mask[:, 1:].sum(1)
+
+    with pytest.raises(ValueError, match=r"parameter 'transformer.wpe.weight' saw inputs whose first dimension is \[1\]"):
+        fast_dp_step(model, IDS, MASK, clip_norm=1.0, per_sample_loss=shared_positions, **kw)
     raw = gpt2()  # GPT-2's Conv1D not converted to nn.Linear
     with pytest.raises(ValueError, match="module 'transformer.h.0.attn.c_attn' of type Conv1D owns trainable"):
         fast_dp_step(raw, IDS, MASK, clip_norm=1.0, **kw)

@@ -42,7 +42,9 @@ trainable parameter:
 - LoRA (peft): the adapters' A and B are ``nn.Linear`` layers and are treated as such; frozen layers run
   untouched (their input gradient flows through autograd as usual).
 
-A trainable parameter owned by any other kind of module is a ``ValueError`` naming the module.
+A trainable parameter owned by any other kind of module is a ``ValueError`` naming the module. Every recorded
+layer must see batch-first inputs (dimension 0 = the example): a layer fed a tensor shared by the whole batch
+(e.g. position ids of shape [1, L] broadcast over the batch) cannot be split by example and is a ``ValueError``.
 
 Padding
 -------
@@ -427,6 +429,11 @@ def _clip_and_accumulate(named, tape: _Tape, batch: int, clip_norm: float, mode:
         uses = tape.uses.get(id(p))
         if not uses:  # not used by this forward: zero gradient
             continue
+        seen = {u[-1].shape[0] for u in uses}
+        if seen != {batch}:
+            raise ValueError(f"fast DP step: parameter {name!r} saw inputs whose first dimension is {sorted(seen)}, not "
+                             f"the micro-batch's {batch} examples: every layer must see batch-first inputs (e.g. pass "
+                             f"position_ids of shape [B, L], not [1, L])")
         ghostable = all(u[0] in ("lin", "emb") for u in uses)
         size = batch * p.numel()
         if not ghostable:
