@@ -226,9 +226,9 @@ def main(argv=None) -> int:
         cases.append(("smollm2-135m", smollm2, "lora", 8, 8))
     print(f"torch threads {args.threads}; records of 33-64 tokens padded to {SEQ_LEN}, q = 1; median s/step over "
           f"{args.repeats} runs of {args.steps} steps (interleaved, after a warm-up)")
-    print(f"{'model':13} {'method':6} {'batch':>5} {'non-priv':>8} {'np-trim':>7} {'empriv':>7} {'fast':>7} {'opacus':>7} "
-          f"{'ghost':>7} {'empriv/np':>9} {'fast/np':>7} {'fast/np-trim':>12} {'fast/opacus':>11} {'fast/ghost':>10} "
-          f"{'ghost err':>9}")
+    print(f"{'model':13} {'method':6} {'batch':>5} {'non-priv':>8} {'np-trim':>7} {'empriv':>7} {'fast':>7} "
+          f"{'opacus':>7} {'ghost':>7} {'empriv/np':>9} {'fast/np':>7} {'fast/np-trim':>12} {'fast/opacus':>11} "
+          f"{'fast/ghost':>10} {'ghost err':>9}")
     for name, make, method, n, micro in cases:
         vocab = make().get_input_embeddings().weight.shape[0] if name != "tiny-gpt2" else 2048
         ids, mask = batch(n, vocab)
@@ -254,8 +254,8 @@ def main(argv=None) -> int:
         m.setdefault("ghost", math.nan)
         print(f"{name:13} {method:6} {n:>5} {m['np']:>8.4f} {m['np_trim']:>7.4f} {m['dp']:>7.4f} {m['fast']:>7.4f} "
               f"{m['opacus']:>7.4f} {m['ghost']:>7.4f} {m['dp'] / m['np']:>9.2f} {m['fast'] / m['np']:>7.2f} "
-              f"{m['fast'] / m['np_trim']:>12.2f} {m['fast'] / m['opacus']:>11.2f} {m['fast'] / m['ghost']:>10.2f} {err:>9.1e}".replace("nan", "n/a"),
-              flush=True)
+              f"{m['fast'] / m['np_trim']:>12.2f} {m['fast'] / m['opacus']:>11.2f} {m['fast'] / m['ghost']:>10.2f} "
+              f"{err:>9.1e}".replace("nan", "n/a"), flush=True)
     return 0
 
 

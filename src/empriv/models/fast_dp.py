@@ -214,8 +214,9 @@ def _recording_forward(module: nn.Module, name: str, tape: _Tape):
             h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)
             return _AffineFn.apply(h.to(dtype), module.weight, None, tape)
         return forward
+    supported = ", ".join(["nn.Linear", "nn.Embedding", "nn.LayerNorm", "nn.RMSNorm", *sorted(_HF_RMSNORM_NAMES)])
     raise ValueError(f"fast DP step: module {name!r} of type {type(module).__name__} owns trainable parameters; "
-                     f"supported: nn.Linear, nn.Embedding, nn.LayerNorm, nn.RMSNorm, {', '.join(sorted(_HF_RMSNORM_NAMES))}")
+                     f"supported: {supported}")
 
 
 @contextlib.contextmanager
@@ -431,8 +432,9 @@ def _clip_and_accumulate(named, tape: _Tape, batch: int, clip_norm: float, mode:
             continue
         seen = {u[-1].shape[0] for u in uses}
         if seen != {batch}:
-            raise ValueError(f"fast DP step: parameter {name!r} saw inputs whose first dimension is {sorted(seen)}, not "
-                             f"the micro-batch's {batch} examples: every layer must see batch-first inputs (e.g. pass "
+            raise ValueError(f"fast DP step: parameter {name!r} saw inputs whose first dimension is {sorted(seen)}, "
+                             f"not the micro-batch's {batch} examples: every layer must see batch-first inputs "
+                             f"(e.g. pass "
                              f"position_ids of shape [B, L], not [1, L])")
         ghostable = all(u[0] in ("lin", "emb") for u in uses)
         size = batch * p.numel()
