@@ -436,6 +436,10 @@ class TrainParams(_Section):
     # an int >= 1, or "auto" (CUDA: the largest power of two that fits, probed; CPU: an estimate).
     micro_batch_size: int | Literal["auto"] = 64
     sampler: Literal["poisson"] = "poisson"
+    # the private step of the DP loop: fast (empriv.models.fast_dp: ghost norms / book-keeping, padding trimmed, one
+    # backward), opacus (GradSampleModule + DPOptimizer), or auto (fast where every trainable module is supported,
+    # else opacus; the run records which and why)
+    dp_step: Literal["auto", "fast", "opacus"] = "auto"
     log_every: int = Field(1, ge=1)
     lora: LoraParams = LoraParams()
     prefix: PrefixParams = PrefixParams()

@@ -291,3 +291,43 @@ def test_make_optimizer():
     assert isinstance(make_optimizer("sgd", p, 0.1), torch.optim.SGD)
     with pytest.raises(ValueError, match="train.optimizer must be 'adam' or 'sgd', got 'lamb'"):
         make_optimizer("lamb", p, 0.1)
+
+
+def test_the_fast_dp_step_trains_the_same_model_as_opacus_within_float_rounding():
+    """train.dp_step fast (empriv.models.fast_dp) and opacus (GradSampleModule + DPOptimizer): the same Poisson batches,
+    the same noise draws, the same clipped sums — weights equal up to summation order after several steps."""
+    import torch
+
+    from empriv.config import RunConfig
+
+    ids, mask = make_data(200, seed=5)
+    run = RunConfig(8.0, 16, 4, 0.01, 0)
+    out = {}
+    for kind in ("fast", "opacus"):
+        model = make_model()
+        res = dp_finetune(model, ids, mask, run=run, noise_multiplier=1.1, device=CPU,
+                          params=make_params(optimizer="adam", clip_norm=0.5, micro_batch_size=5, dp_step=kind))
+        assert res.dp_step == kind and res.dp_step_reason is None
+        out[kind] = (res, state(model))
+    (fast, w_fast), (opac, w_opac) = out["fast"], out["opacus"]
+    assert fast.batches == opac.batches and fast.empty_batches == opac.empty_batches
+    assert fast.losses == pytest.approx(opac.losses, rel=1e-5)
+    for k in w_fast:
+        torch.testing.assert_close(w_fast[k], w_opac[k], rtol=1e-4, atol=1e-5)
+    base = state(make_model())
+    assert any(not torch.allclose(w_fast[k], base[k]) for k in base)  # and it did train
+
+
+def test_dp_step_auto_falls_back_to_opacus_for_a_module_the_fast_step_cannot_record_and_says_why():
+    from empriv.config import RunConfig
+    from empriv.models.adaptations import prepare_adaptation
+
+    ids, mask = make_data(64, seed=1)
+    run = RunConfig(8.0, 16, 2, 0.01, 0)
+    model = prepare_adaptation(make_model(convert=False), "prompt", n_virtual=2, init_seed=0)
+    res = dp_finetune(model, ids[:, :12], mask[:, :12], run=run, noise_multiplier=1.0, device=CPU,
+                      params=make_params(dp_step="auto"))
+    assert res.dp_step == "opacus" and "VirtualTokens" in res.dp_step_reason
+    with pytest.raises(ValueError, match="train.dp_step 'fast' cannot record prompt"):
+        dp_finetune(prepare_adaptation(make_model(convert=False), "prompt", n_virtual=2, init_seed=0), ids[:, :12],
+                    mask[:, :12], run=run, noise_multiplier=1.0, device=CPU, params=make_params(dp_step="fast"))

@@ -95,8 +95,8 @@ def test_bf16_dp_training_on_cpu_hands_fp32_per_sample_grads_to_the_optimizer():
                 seen["grad"].add(p.grad.dtype)
 
     model = make_model()
-    res = dp_finetune(model, ids, mask, run=run, noise_multiplier=1.0, params=make_params("bf16", micro_batch_size=4),
-                      device=CPU, inspect_dp_step=inspect)
+    res = dp_finetune(model, ids, mask, run=run, noise_multiplier=1.0,
+                      params=make_params("bf16", micro_batch_size=4, dp_step="opacus"), device=CPU, inspect_dp_step=inspect)
     assert res.precision == "bf16" and res.micro_batch_size == 4
     assert seen["before"] >= run.steps + 3  # several micro-batches per step, each inspected
     assert seen["after_last"] == run.steps
@@ -124,7 +124,7 @@ def test_noise_of_a_bf16_run_is_float32_at_full_resolution():
             noise.extend(p.grad.detach().clone() for p in optimizer.params)
 
     res = dp_finetune(make_model(), ids, mask, run=run, noise_multiplier=sigma, device=CPU, inspect_dp_step=inspect,
-                      params=make_params("bf16", clip_norm=clip, optimizer="sgd"))
+                      params=make_params("bf16", clip_norm=clip, optimizer="sgd", dp_step="opacus"))
     assert res.batch_sizes == [0]
     z = torch.cat([x.flatten() for x in noise])
     assert {x.dtype for x in noise} == {torch.float32}
@@ -317,3 +317,18 @@ def test_auto_micro_batch_on_cpu_is_the_estimate_and_is_recorded():
     res = dp_finetune(make_model(), ids, mask, run=RunConfig(math.inf, 10, 1, 0.01, 0), noise_multiplier=None,
                       params=make_params(micro_batch_size=7), device=CPU)
     assert res.micro_batch_size == 7 and res.precision == "fp32"
+
+
+def test_the_fast_dp_step_under_bf16_keeps_fp32_gradients_noise_and_weights():
+    n = 40
+    ids, mask = make_data(n, seed=3)
+    run = RunConfig(8.0, 12, 3, 0.01, 1)
+    seen = []
+    model = make_model()
+    res = dp_finetune(model, ids, mask, run=run, noise_multiplier=1.0,
+                      params=make_params("bf16", micro_batch_size=4, dp_step="fast"), device=CPU,
+                      inspect_dp_step=lambda stats, phase: seen.append((phase, stats.per_sample_norms.dtype)))
+    assert res.dp_step == "fast" and res.precision == "bf16"
+    assert seen == [("fast", torch.float32)] * run.steps
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert all(math.isfinite(x) for x in res.losses)

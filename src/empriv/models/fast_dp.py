@@ -219,6 +219,23 @@ def _recording_forward(module: nn.Module, name: str, tape: _Tape):
                      f"supported: {supported}")
 
 
+def unsupported_modules(model: nn.Module) -> list[str]:
+    """Names (and types) of the modules owning a trainable parameter that :func:`fast_dp_step` cannot record (e.g.
+    the virtual-token tables of prefix and prompt tuning); [] when the fast step takes the model."""
+    out = []
+    for name, module in model.named_modules():
+        if not any(p.requires_grad for p in module.parameters(recurse=False)):
+            continue
+        ok = isinstance(module, (nn.Linear, nn.Embedding, nn.LayerNorm, nn.RMSNorm)) \
+            or type(module).__name__ in _HF_RMSNORM_NAMES
+        if isinstance(module, nn.Embedding) and (module.max_norm is not None or module.scale_grad_by_freq
+                                                 or module.sparse):
+            ok = False
+        if not ok or "forward" in module.__dict__:
+            out.append(f"{name or '<root>'} ({type(module).__name__})")
+    return out
+
+
 @contextlib.contextmanager
 def _recording(model: nn.Module, tape: _Tape):
     patched = []

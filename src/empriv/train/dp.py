@@ -45,6 +45,8 @@ class TrainResult:
     batches: list[list[int]] = field(default_factory=list)  # the Poisson batches' record indices, step by step
     micro_batch_size: int = 0  # the physical micro-batch used (train.micro_batch_size, or what auto chose)
     precision: str = "fp32"  # runtime.precision of the forward passes
+    dp_step: str = "none"  # the private step taken: fast | opacus | none (non-private)
+    dp_step_reason: str | None = None  # why train.dp_step auto took opacus
     resumed_from_step: int | None = None  # steps a checkpoint had done when this run resumed (None: from step 0)
 
 
@@ -124,13 +126,20 @@ def dp_finetune(
         fingerprint = checkpoint.fingerprint({
             "loop": "record", **run_facts(params, run, n=n, noise_multiplier=noise_multiplier, streams=streams,
                                           data=(ids, mask), model=model),
-            "device": device.type})
+            "device": device.type, "dp_step": dp_step_kind(tp.dp_step, model, noise_multiplier is not None)[0]})
         snapshot = checkpoint.load(fingerprint)
         if snapshot is not None:
             load_trainable_state(model, snapshot.tensors["trainable"])
     optimizer = make_optimizer(tp.optimizer, trainable, run.learning_rate)
     private = noise_multiplier is not None
-    if private:
+    step_kind, step_reason = dp_step_kind(tp.dp_step, model, private)
+    fast = step_kind == "fast"
+    if step_reason:
+        log.info("%s: DP step %s (%s)", run.name, step_kind, step_reason)
+    if fast:
+        module = model
+        noise_gen = streams.generator("noise", device=device)
+    elif private:
         # opacus' hooks fire on the first layer although token ids need no gradient: harmless.
         warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
         from opacus import GradSampleModule
@@ -151,7 +160,7 @@ def dp_finetune(
         module = model
         noise_gen = None
 
-    result = TrainResult(precision=precision)
+    result = TrainResult(precision=precision, dp_step=step_kind, dp_step_reason=step_reason)
     if snapshot is not None and tp.micro_batch_size == "auto":
         result.micro_batch_size = int(snapshot.state["micro_batch_size"])
     else:
@@ -169,7 +178,21 @@ def dp_finetune(
     for step, batch in enumerate(progress(batches, total=run.steps - start, desc=desc, logger=log), start=start):
         chunks = micro_batches(batch, result.micro_batch_size)
         loss_sum = 0.0
-        if private:
+        if fast:
+            from empriv.models.fast_dp import fast_dp_step
+
+            optimizer.zero_grad(set_to_none=True)
+            if batch.numel() == 0:
+                result.empty_batches += 1  # noise only, still a step
+            stats = fast_dp_step(model, ids[batch], mask[batch], clip_norm=tp.clip_norm,
+                                 noise_multiplier=noise_multiplier, expected_batch_size=run.batch_size,
+                                 generator=noise_gen, micro_batch_size=result.micro_batch_size,
+                                 forward_context=lambda: autocast(precision, device))
+            if inspect_dp_step is not None:
+                inspect_dp_step(stats, "fast")
+            loss_sum = float(stats.losses.sum())
+            optimizer.step()
+        elif private:
             for k, chunk in enumerate(chunks):
                 last = k == len(chunks) - 1
                 if chunk.numel() == 0:
@@ -217,11 +240,31 @@ def dp_finetune(
     result.wall_time_s = time_before + time.time() - t0
     if checkpoint is not None and checkpoint.clear_on_completion:
         checkpoint.clear()
-    if private:
+    if private and not fast:
         # Leave a plain module behind (no hooks) for saving.
         module._close()
     model.eval()
     return result
+
+
+def dp_step_kind(setting: str, model: torch.nn.Module, private: bool) -> tuple[str, str | None]:
+    """(which private step the loop takes, why when it is not the one asked for): ``train.dp_step`` fast or opacus;
+    auto = fast unless a trainable module is one the fast step cannot record (then opacus, and the reason). A
+    non-private run takes neither ("none")."""
+    if not private:
+        return "none", None
+    if setting == "opacus":
+        return "opacus", None
+    from empriv.models.fast_dp import unsupported_modules
+
+    missing = unsupported_modules(model)
+    if not missing:
+        return "fast", None
+    if setting == "fast":
+        raise ValueError(f"train.dp_step 'fast' cannot record {', '.join(missing[:3])}"
+                         f"{' …' if len(missing) > 3 else ''}: use train.dp_step auto or opacus")
+    return "opacus", f"train.dp_step auto: the fast step cannot record {', '.join(missing[:3])}" \
+                     f"{' …' if len(missing) > 3 else ''}; opacus' per-sample hooks instead"
 
 
 def _save(checkpoint, done: int, fingerprint: dict, model, optimizer, generators: dict, result: TrainResult,

@@ -314,6 +314,7 @@ def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_d
         # Results differ across thread counts (float summation order): the run depends on runtime.threads.
         "threads": torch.get_num_threads(),
         "device": str(device), "precision": result.precision, "micro_batch_size": result.micro_batch_size,
+        "dp_step": getattr(result, "dp_step", None), "dp_step_reason": getattr(result, "dp_step_reason", None),
         "wall_time_s": time.time() - t_start,
         "train_time_s": result.wall_time_s,
         "setup_time_s": t_setup - t_start,
