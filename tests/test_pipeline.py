@@ -53,9 +53,10 @@ def write_params(work: Path, overrides: dict) -> None:
     params = default_params()
     for section, values in overrides.items():
         params[section] = {**params.get(section, {}), **values}
-    for cube in (params.get("cube"), params["audit"].get("cube")):  # the unit axis: record-level unless given
+    for cube in (params.get("cube"), params["audit"].get("cube")):  # the unit and method axes: record, full unless given
         if isinstance(cube, dict):
             cube.setdefault("unit", ["record"])
+            cube.setdefault("method", ["full"])
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
