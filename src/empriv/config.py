@@ -476,7 +476,42 @@ class TrainParams(_Section):
         return v
 
 
-class CubeParams(_Section):
+class _CubeAxes(_Section):
+    """The checks every cube's axes share (the main, audit and adaptation-audit cubes): ε values parsed, b and T
+    integers >= 1, η > 0, and each listed axis non-empty and free of duplicates."""
+
+    @field_validator("epsilon", mode="before", check_fields=False)
+    @classmethod
+    def _eps_parse(cls, v: Any) -> Any:
+        return _epsilon_list(v)
+
+    @field_validator("batch_size", "steps", check_fields=False)
+    @classmethod
+    def _positive_ints(cls, v: list[int]) -> list[int]:
+        for i, x in enumerate(v):
+            if x < 1:
+                raise ParamError("out of range", x, "an integer >= 1", index=i)
+        return v
+
+    @field_validator("learning_rate", check_fields=False)
+    @classmethod
+    def _lr(cls, v: list[float]) -> list[float]:
+        for i, x in enumerate(v):
+            if not x > 0:
+                raise ParamError("must be > 0", x, "a finite number > 0", index=i)
+        return v
+
+    @field_validator("epsilon", "batch_size", "steps", "learning_rate", "seed", "unit", "method", check_fields=False)
+    @classmethod
+    def _nonempty_unique(cls, v: list) -> list:
+        if not v:
+            raise ParamError("must list at least one value", v)
+        if len(set(v)) != len(v):
+            raise ParamError("has duplicate values", v, "distinct values")
+        return v
+
+
+class CubeParams(_CubeAxes):
     # Numbers keep their YAML type (2 stays int, 2.0 stays float): run names are built with str()
     # exactly as DVC interpolates the matrix values into dvc.yaml.
     epsilon: list[Epsilon]  # each in (0, EPSILON_MAX] or inf
@@ -499,35 +534,6 @@ class CubeParams(_Section):
                 raise ParamError(str(err).split(" (")[0], x, ALLOWED, index=i) from None
         return v
 
-    @field_validator("epsilon", mode="before")
-    @classmethod
-    def _eps_parse(cls, v: Any) -> Any:
-        return _epsilon_list(v)
-
-    @field_validator("batch_size", "steps")
-    @classmethod
-    def _positive_ints(cls, v: list[int]) -> list[int]:
-        for i, x in enumerate(v):
-            if x < 1:
-                raise ParamError("out of range", x, "an integer >= 1", index=i)
-        return v
-
-    @field_validator("learning_rate")
-    @classmethod
-    def _lr(cls, v: list[float]) -> list[float]:
-        for i, x in enumerate(v):
-            if not x > 0:
-                raise ParamError("must be > 0", x, "a finite number > 0", index=i)
-        return v
-
-    @field_validator("epsilon", "batch_size", "steps", "learning_rate", "seed", "unit", "method")
-    @classmethod
-    def _nonempty_unique(cls, v: list) -> list:
-        if not v:
-            raise ParamError("must list at least one value", v)
-        if len(set(v)) != len(v):
-            raise ParamError("has duplicate values", v, "distinct values")
-        return v
 
 
 class ACRParams(_Section):
@@ -679,7 +685,7 @@ class AuditParams(_Section):
         return v
 
 
-class AdaptationAuditCube(_Section):
+class AdaptationAuditCube(_CubeAxes):
     """The adaptation-audit cube: one adaptation_audit@<item> per combination; no dataset = no such stage."""
 
     dataset: list[Literal["iid", "ood"]] = []  # [] for the default run
@@ -690,41 +696,11 @@ class AdaptationAuditCube(_Section):
     seed: list[int] = [0]
     method: list[str] = ["full"]
 
-    @field_validator("epsilon", mode="before")
-    @classmethod
-    def _eps_parse(cls, v: Any) -> Any:
-        return _epsilon_list(v)
-
-    @field_validator("epsilon", "batch_size", "steps", "learning_rate", "seed", "method")
-    @classmethod
-    def _nonempty_unique(cls, v: list) -> list:
-        if not v:
-            raise ParamError("must list at least one value", v)
-        if len(set(v)) != len(v):
-            raise ParamError("has duplicate values", v, "distinct values")
-        return v
-
     @field_validator("dataset")
     @classmethod
     def _unique_datasets(cls, v: list) -> list:
         if len(set(v)) != len(v):
             raise ParamError("has duplicate values", v, "distinct values of iid, ood")
-        return v
-
-    @field_validator("batch_size", "steps")
-    @classmethod
-    def _positive_ints(cls, v: list[int]) -> list[int]:
-        for i, x in enumerate(v):
-            if x < 1:
-                raise ParamError("out of range", x, "an integer >= 1", index=i)
-        return v
-
-    @field_validator("learning_rate")
-    @classmethod
-    def _lr(cls, v: list[float]) -> list[float]:
-        for i, x in enumerate(v):
-            if not x > 0:
-                raise ParamError("must be > 0", x, "a finite number > 0", index=i)
         return v
 
 
