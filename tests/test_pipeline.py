@@ -86,7 +86,8 @@ def make_repo(tmp: Path, overrides: dict) -> tuple[Path, dict, subprocess.Comple
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     for rel in filter(None, files.split("\0")):
         src = ROOT / rel
-        if src.is_file() and not rel.startswith(("metrics/", "records/", "plots/", "dvc.lock", "results/")):
+        outputs = rel.startswith(("metrics/", "records/", "plots/", "dvc.lock", "results/"))
+        if src.is_file() and (not outputs or rel == "records/adaptation_audit/README.md"):  # analyze's dep in git
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, work / rel)
     write_params(work, overrides)
