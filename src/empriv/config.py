@@ -383,6 +383,7 @@ class DPFlatParams(_Section):
     layer_elimination: bool = False  # cross-layer: sharpness-guided greedy elimination of prefix layers
     target_layers: int | None = Field(None, ge=1)  # layers kept
     elimination_data: Literal["private", "public"] = "private"
+    elimination_samples: int | None = Field(256, ge=1)  # records the sharpness is measured on (seeded subset; null: all)
     kd: bool = False  # cross-model: + lambda (w - w_nor)/||w - w_nor|| after privatisation
     kd_lambda: float = Field(0.01, ge=0)  # lambda
     kd_data: Literal["private", "public"] = "private"  # w_nor trained on the training data | the public split

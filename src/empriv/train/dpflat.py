@@ -498,7 +498,8 @@ def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, con
                  sample_rate: float, noise_multiplier: float | None, clip_norm: float, lr: float,
                  sampler_generator: torch.Generator, noise_generator: torch.Generator | None = None,
                  nor_generator: torch.Generator | None = None,
-                 public_ids: torch.Tensor | None = None, public_mask: torch.Tensor | None = None) -> DPFlatResult:
+                 public_ids: torch.Tensor | None = None, public_mask: torch.Tensor | None = None,
+                 elimination_rows: torch.Tensor | None = None) -> DPFlatResult:
     """DP-Flat white-box pipeline (spec B5, Algorithm 1) on a prefix-tuned model and private data (ids, mask):
 
     1. (``layer_elimination``) greedy elimination on the private data or, strict, the public data;
@@ -507,7 +508,9 @@ def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, con
        (:func:`dp_step`, clip C, σ = ``noise_multiplier``, b = q·n) at w + v for t ≤ E (``awp``), at w
        otherwise, then + λ(w − w_nor)/‖w − w_nor‖₂ (``kd``), then an Adam step (lr η).
 
-    ``noise_multiplier=None``: non-private (σ = 0, still clipped; recorded as such). Each random stream has
+    ``elimination_rows``: the indices of the records (of the private or the public data, as ``elimination_data``
+    says) on which the layer sharpness is measured; None: all of them. ``noise_multiplier=None``: non-private
+    (σ = 0, still clipped; recorded as such). Each random stream has
     its own generator (Poisson sampler, DP noise, w_nor's batches when ``nor_batch_size`` is set); a pipeline
     passes its run's streams (:class:`empriv.randomness.RunStreams`). Public data (``public_ids``/``public_mask``)
     is needed when ``elimination_data`` or ``kd_data`` is ``"public"``.
@@ -535,6 +538,8 @@ def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, con
     elimination = None
     if config.layer_elimination:
         e_ids, e_mask = (public_ids, public_mask) if config.elimination_data == "public" else (ids, mask)
+        if elimination_rows is not None:
+            e_ids, e_mask = e_ids[elimination_rows], e_mask[elimination_rows]
         res = eliminate_prefix_layers(model, e_ids, e_mask, target_layers=config.target_layers, etas=config.etas,
                                       ascent=config.ascent, stop_when_not_decreasing=config.stop_when_not_decreasing,
                                       data_source=config.elimination_data)

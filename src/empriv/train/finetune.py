@@ -344,6 +344,8 @@ def _public_or_fail(public, what: str):
 def _train_dpflat(params: Params, run: RunConfig, model, ids, mask, *, privacy, streams, device, on_step, public):
     """DP-Flat (empriv.train.dpflat) on a prefix-tuned model: AWP, layer elimination and KD as switched in
     ``train.dpflat``; DP-Adam over the same Poisson batches and σ as the run's accounting."""
+    import torch
+
     from empriv.train.dpflat import DPFlatConfig, dpflat_train
     from empriv.train.dp import TrainResult
 
@@ -355,8 +357,13 @@ def _train_dpflat(params: Params, run: RunConfig, model, ids, mask, *, privacy, 
     needs_public = (f.layer_elimination and f.elimination_data == "public") or (f.kd and f.kd_data == "public")
     pub_ids, pub_mask = _public_or_fail(public, "train.dpflat elimination_data/kd_data") if needs_public else (None, None)
     model.to(device)
+    rows = None
+    if f.layer_elimination and f.elimination_samples is not None:
+        pool = (pub_ids if f.elimination_data == "public" else ids).shape[0]
+        if f.elimination_samples < pool:  # a seeded subset of the records (its own stream): the sharpness estimate
+            rows = torch.randperm(pool, generator=streams.generator("sampler:elimination"))[:f.elimination_samples]
     t0 = time.time()
-    res = dpflat_train(model, ids.to(device), mask.to(device), config=config, steps=run.steps,
+    res = dpflat_train(model, ids.to(device), mask.to(device), config=config, steps=run.steps, elimination_rows=rows,
                        sample_rate=privacy["sample_rate"],
                        noise_multiplier=privacy["noise_multiplier"] if run.private else None,
                        clip_norm=params.train.clip_norm, lr=run.learning_rate,
@@ -375,7 +382,8 @@ def _train_dpflat(params: Params, run: RunConfig, model, ids, mask, *, privacy, 
     for step, (loss, size) in enumerate(zip(res.losses, sizes)):
         on_step(step, loss, size)
     record = res.record()
-    extra = {"dpflat": {k: record[k] for k in ("switches", "kept_layers", "elimination", "kd_distances", "nor_losses")},
+    extra = {"dpflat": {**{k: record[k] for k in ("switches", "kept_layers", "elimination", "kd_distances", "nor_losses")},
+                        "elimination_samples": None if rows is None else int(rows.numel())},
              "caveats": [f"DP-Flat: {c}" for c in res.caveats],
              "dpflat_strict": not res.caveats}
     if not run.private:
