@@ -271,8 +271,8 @@ def test_second_repro_is_a_no_op_and_one_cube_change_reruns_only_it(repo):
     changed = _run(["dvc", "repro"], work, env)
     ran = set(_ran_stages(changed)) - {"validate"}
     # the filter stage re-reads the non-private models (its output is unchanged: filters are off by default)
-    assert ran == {"train@8-32-3-0.01-2-record", "train@inf-32-3-0.01-2-record", "score@8-32-3-0.01-2-record",
-                   "score@inf-32-3-0.01-2-record",
+    assert ran == {"train@8-32-3-0.01-2-record-full", "train@inf-32-3-0.01-2-record-full",
+                   "score@8-32-3-0.01-2-record-full", "score@inf-32-3-0.01-2-record-full",
                    "filter", "analyze"}
     summary = json.loads((work / "metrics/summary.json").read_text())
     assert summary["n_runs"] == 4  # the stale seed-1 files are not counted: the table follows the cube
@@ -284,7 +284,7 @@ def test_user_level_units_train_score_and_sit_beside_record_level(repo, tmp_path
     report show them next to the record-level runs, whose metrics keys are unchanged."""
     work, env, _ = repo
     ul = tmp_path / "ul"
-    shutil.copytree(work, ul, symlinks=True, ignore=shutil.ignore_patterns("wandb"))
+    shutil.copytree(work, ul, symlinks=True, ignore=shutil.ignore_patterns("wandb", "warm"))  # not the warm socket
     units = ["record", "group-k2-random", "userwise-k2-chunk"]
     # the tiny corpus has ~11 synthetic users: b = 8 records (Group) or units (User-wise) per step; the audit cube
     # audits the two user-level configurations at ε = 8 with canary units of k = 2 records
@@ -410,7 +410,7 @@ def test_invalid_params_fail_before_any_work_with_a_clear_error(repo, tmp_path):
 
     work, env, _ = repo
     bad = tmp_path / "bad"
-    shutil.copytree(work, bad, ignore=shutil.ignore_patterns("wandb"), symlinks=True)
+    shutil.copytree(work, bad, ignore=shutil.ignore_patterns("wandb", "warm"), symlinks=True)
     write_params(bad, {**TINY, "cube": {**TINY["cube"], "epsilon": [-1, "inf"]}})
 
     def digest() -> dict:
@@ -466,9 +466,9 @@ def test_lora_fine_tuning_trains_only_adapters_under_dp_and_scores(repo, monkeyp
     monkeypatch.chdir(work)
     monkeypatch.setenv("WANDB_MODE", "disabled")
     raw = read_yaml("params.yaml")
-    raw["train"]["method"] = "lora"
+    raw["cube"]["method"] = ["lora"]
     raw["train"]["lora"] = {"rank": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["c_attn"]}
-    params = parse_params(raw)
+    params = parse_params(raw).for_method("lora")  # what the stage's entry point does with --method lora
     run = params.runs()[0]
     assert run.private
     m = train_stage.main(params, run, runs_dir=tmp_path / "models", metrics_dir=tmp_path / "metrics")
@@ -532,11 +532,11 @@ def test_audit_bound_stays_below_the_accountants_epsilon_and_lora_audits_train_t
     monkeypatch.chdir(work)
     monkeypatch.setenv("WANDB_MODE", "disabled")
     raw = read_yaml("params.yaml")
-    raw["audit"]["method"] = "lora"
     # enough steps that every member canary is seen a few times (q = 64/470, T = 20)
-    raw["audit"]["cube"] = {"epsilon": ["inf"], "batch_size": [64], "steps": [20], "learning_rate": [0.05], "seed": [0]}
+    raw["audit"]["cube"] = {"epsilon": ["inf"], "batch_size": [64], "steps": [20], "learning_rate": [0.05], "seed": [0],
+                            "method": ["lora"]}
     raw["train"]["lora"] = {"rank": 2, "alpha": 4, "dropout": 0.0, "target_modules": ["c_attn"]}
-    params = parse_params(raw)
+    params = parse_params(raw).for_method("lora")
     run = params.audit_runs()[0]
     out = audit_stage.main(params, run, runs_dir=tmp_path / "models", metrics_dir=tmp_path / "metrics")
     assert out["train"]["method"] == "lora"
