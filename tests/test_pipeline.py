@@ -295,9 +295,9 @@ def test_user_level_units_train_score_and_sit_beside_record_level(repo, tmp_path
     proc = _run(["dvc", "repro"], ul, env)
     ran = set(_ran_stages(proc)) - {"validate"}
     assert {s for s in ran if s.startswith(("train@", "score@"))} == {
-        f"{st}@{e}-8-3-0.01-0-{u}" for st in ("train", "score") for e in ("8", "inf") for u in units}
+        f"{st}@{e}-8-3-0.01-0-{u}-full" for st in ("train", "score") for e in ("8", "inf") for u in units}
     assert "analyze" in ran and "canaries" in ran
-    assert {s for s in ran if s.startswith("audit@")} == {f"audit@8-8-3-0.01-0-{u}" for u in units[1:]}
+    assert {s for s in ran if s.startswith("audit@")} == {f"audit@8-8-3-0.01-0-{u}-full" for u in units[1:]}
     assert "record_scores" not in ran and (ul / "data/record_scores.json").is_file()  # computed once, by the first run
     g = json.loads((ul / "records/train/group-k2-random/full/eps8-b8-T3-lr0.01-s0.json").read_text())
     w = json.loads((ul / "records/train/userwise-k2-chunk/full/eps8-b8-T3-lr0.01-s0.json").read_text())
