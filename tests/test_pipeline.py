@@ -305,7 +305,7 @@ def test_user_level_units_train_score_and_sit_beside_record_level(repo, tmp_path
     assert g["accountant"] == "pld-mog" and g["n_bounded_records"] == 2 * prep["n_units"] == 2 * g["n_units"]
     assert g["epsilon_user_level"] <= 8 + 1e-3 and g["epsilon_record_level_prv"] < g["epsilon_user_level"]
     assert w["sample_rate"] == pytest.approx(8 / prep["n_units"]) and w["epsilon_user_level"] == pytest.approx(8, abs=0.05)
-    assert w["mean_records_per_step"] == pytest.approx(2 * w["mean_units_per_step"]) and w["config"].endswith("-userwise-k2-chunk")
+    assert w["mean_records_per_step"] == pytest.approx(2 * w["mean_units_per_step"]) and w["config"].endswith("-userwise-k2-chunk-full")
     assert (ul / "models/runs/userwise-k2-chunk/full/eps8-b8-T3-lr0.01-s0/model.safetensors").is_file()
     summary = json.loads((ul / "metrics/summary.json").read_text())
     assert {"eps8", "epsinf", "eps8-group-k2-random", "epsinf-userwise-k2-chunk"} <= set(summary)
