@@ -50,6 +50,12 @@ def record_cost(started: float, log_path: str | None = None) -> dict:
         name += "@" + sys.argv[sys.argv.index("--name") + 1]
     if "--unit" in sys.argv[1:-1] and sys.argv[sys.argv.index("--unit") + 1] != "record":
         name += "-" + sys.argv[sys.argv.index("--unit") + 1]  # the run's name: one record per stage process
+    if "--dataset" in sys.argv[1:-1]:  # adaptation_data@ / adaptation_audit@: the dataset and the point
+        args = sys.argv[1:]
+        name += "@" + args[args.index("--dataset") + 1] + "".join(
+            f"-{short}{args[args.index(flag) + 1]}" for flag, short in
+            (("--epsilon", "eps"), ("--batch-size", "b"), ("--steps", "T"), ("--learning-rate", "lr"), ("--seed", "s"))
+            if flag in args[:-1])
     if "--method" in sys.argv[1:-1]:
         name += "-" + sys.argv[sys.argv.index("--method") + 1]
     record = {"stage": name, "wall_s": round(time.time() - started, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
