@@ -140,3 +140,15 @@ def test_figures_plot_data_and_report_section(tree, tmp_path):
     assert "iid ε=1" in auc_table and "ood ε=inf" in auc_table and "0.700" in auc_table and "0.950" in auc_table
     assert "Leakage of the pre-training data" in section and "-0.040" in section
     assert section.count("data:image/png;base64,") == 2
+
+
+def test_the_headline_attack_is_rmia_with_the_shadow_under_the_producers_names(tmp_path):
+    """empriv.audit.adaptation names its attacks rmia_shadow, reference_pretrained, …: the headline is shadow RMIA."""
+    root = tmp_path / "records" / "adaptation_audit"
+    a = {"auc": 0.6, "tpr_at_1pct_fpr": 0.02, "tpr_at_0.1pct_fpr": 0.0}
+    write(root / "iid/full" / f"{point(8, 0)}.json", record("iid", "full", 8, 0, {
+        "loss": a, "min_k": a, "reference_pretrained": a, "rmia_pretrained": a, "rmia_shadow": a,
+        "rmia_shadow_optimistic": {**a, "optimistic": True}}))
+    s = summarize(read_records(tmp_path / "records"))
+    assert s["headline_attack"] == "rmia_shadow"
+    assert s["attacks"].index("reference_pretrained") < s["attacks"].index("rmia_shadow")  # research order kept

@@ -20,8 +20,10 @@ import csv
 import math
 from pathlib import Path
 
-ATTACKS = ("loss", "zlib", "min_k", "reference", "rmia")
-HEADLINE_PREFERENCE = ("rmia", "reference", "min_k", "zlib", "loss")  # the research mainly reports RMIA
+ATTACKS = ("loss", "zlib", "min_k", "reference_pretrained", "reference_shadow", "reference", "rmia_pretrained",
+           "rmia_shadow", "rmia")
+# the research mainly reports RMIA with the shadow adaptation as reference (empriv.audit.adaptation's names first)
+HEADLINE_PREFERENCE = ("rmia_shadow", "rmia", "reference_pretrained", "reference", "min_k", "zlib", "loss")
 MIA_METRICS = ("auc", "tpr_at_1pct_fpr", "tpr_at_0.1pct_fpr")
 DATASET_ORDER = ("iid", "ood")
 RUN_COLUMNS = ("dataset", "method", "epsilon", "epsilon_label", "batch_size", "steps", "learning_rate", "seed",
