@@ -473,7 +473,7 @@ def test_slurm_retries_a_killed_and_a_preempted_job(project, slurm):
     out = run.stdout
     # killed: the job fails, the sweep submits a new one
     assert re.search(r"^retry train@1 \(attempt 2 of 2\): job \d+ failed: RuntimeError: train@1: command failed "
-                     r"\(killed by SIGKILL\) on attempt 1; log \S+$", out, re.M), out
+                     r"\(killed by SIGKILL(, exit status 137 from the shell)?\) on attempt 1; log \S+$", out, re.M), out
     assert len(re.findall(r"^submitted train@1: job", out, re.M)) == 2
     # preempted: SLURM's warning signal, submitit checkpoints and requeues the same job
     assert len(re.findall(r"^submitted train@2: job (\d+)", out, re.M)) == 1
@@ -501,3 +501,19 @@ def test_slurm_unreachable_controller_is_one_line(project, slurm):
     assert run.returncode == 2
     assert run.stderr.strip() == ("error: engine slurm: no SLURM reachable (sinfo: slurm_load_partitions: Unable to "
                                   "contact slurm controller (connect failure))")
+
+
+def test_a_signal_reads_the_same_whether_or_not_the_shell_exec_d_the_command():
+    from empriv.sweep import _failure
+    assert _failure(-9) == "killed by SIGKILL"
+    assert _failure(137) == "killed by SIGKILL, exit status 137 from the shell"
+    assert _failure(143) == "killed by SIGTERM, exit status 143 from the shell"
+    assert _failure(3) == "exit status 3"
+    assert _failure(128) == "exit status 128"
+    assert _failure(255) == "exit status 255"
+    # the real thing: dash waits for its child, bash execs a single command
+    command = f"{sys.executable} -c 'import os; os.kill(os.getpid(), 9)'"
+    for shell, expected in (("/bin/dash", "killed by SIGKILL, exit status 137 from the shell"),
+                            ("/bin/bash", "killed by SIGKILL")):
+        rc = subprocess.run([shell, "-c", command]).returncode
+        assert _failure(rc) == expected, (shell, rc)

@@ -177,6 +177,18 @@ def _select_stages(requested: list[str], all_stages: list[str], matrix: list[str
     return chosen
 
 
+def _failure(returncode: int) -> str:
+    """How a stage command ended, in words. A command killed by signal N shows as -N when the shell exec'd it
+    (bash does for a single command) and as exit status 128 + N when the shell waited for it (dash, zsh): both
+    read 'killed by SIG...', the second with the status the shell gave."""
+    signals = signal.Signals._value2member_map_
+    if returncode < 0 and -returncode in signals:
+        return f"killed by {signal.Signals(-returncode).name}"
+    if 128 < returncode < 160 and returncode - 128 in signals:
+        return f"killed by {signal.Signals(returncode - 128).name}, exit status {returncode} from the shell"
+    return f"exit status {returncode}"
+
+
 def _shell_argv(command: str) -> list[str]:
     """The argv DVC uses for a stage command: the user's ``$SHELL`` (else /bin/sh) ``-c``, with bash and zsh told
     not to read their rc files (as ``dvc.stage.run`` does)."""
@@ -341,8 +353,7 @@ class StageJob(_Checkpointable):
                 self._terminate(grace_s=5)
                 self._proc = None
             if returncode != 0:
-                how = (f"killed by {signal.Signals(-returncode).name}" if returncode < 0 and
-                       -returncode in signal.Signals._value2member_map_ else f"exit status {returncode}")
+                how = _failure(returncode)
                 raise RuntimeError(f"{self.address}: command failed ({how}) on attempt {attempt}")
         return {"address": self.address, "attempt": attempt, "seconds": time.time() - started,
                 "host": socket.gethostname()}
