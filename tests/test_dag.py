@@ -4,7 +4,10 @@ that exist; the stage layer alone knows paths; imports point one way (no cycles 
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -33,16 +36,66 @@ def covered(path: str, deps: list[str]) -> bool:
 
 
 def test_every_stage_depends_on_all_the_code_it_imports(dvc):
+    """A stage-layer stage depends on its code fingerprint, whose files are its import closure; the code stage that
+    writes the fingerprints depends on all of src/empriv; any other stage lists its files."""
     missing = {}
-    for name, stage in dvc["stages"].items():
+    stages = dvc["stages"]
+    assert stages[ic.CODE_STAGE]["deps"] == ["tools/import_closure.py", "src/empriv"]
+    assert stages[ic.CODE_STAGE]["outs"] == [ic.CODE_DIR]
+    for name, stage in stages.items():
+        if name == ic.CODE_STAGE:
+            continue
         stage = stage.get("do", stage)  # a foreach stage's body
         deps = [str(d) for d in stage.get("deps", [])]
+        module, _ = ic.stage_entry(stage["cmd"])
         code = ic.stage_code(stage["cmd"])
         assert code, f"stage {name}: cannot tell which code {stage['cmd']!r} runs"
+        if module in ic.stage_layer_modules():
+            fp = ic.fingerprint_path(module)
+            assert fp in deps, f"stage {name}: no dep on its code fingerprint {fp}"
+            assert not [d for d in deps if d.startswith("src/")], f"stage {name}: code files beside its fingerprint"
+            assert set(ic.fingerprint(module)["files"]) == set(ic.closure_files(module))
+            continue
         lost = [f for f in code if not covered(f, deps)]
         if lost:
             missing[name] = lost
     assert not missing, f"deps missing from dvc.yaml (run `python tools/import_closure.py --write-dvc`): {missing}"
+
+
+def test_a_fingerprint_changes_exactly_when_a_file_of_its_closure_does(tmp_path):
+    """The code stage's command in a copy of tools/ and src/empriv: same code, same bytes; an edit changes exactly
+    the fingerprints whose closure holds the file."""
+    import subprocess
+
+    copy = tmp_path / "project"
+    shutil.copytree(ROOT / "src/empriv", copy / "src/empriv", ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "tools").mkdir()
+    shutil.copy2(ROOT / "tools/import_closure.py", copy / "tools/import_closure.py")
+    out = copy / ".empriv/code"
+
+    def run() -> dict[str, bytes]:
+        proc = subprocess.run([sys.executable, "tools/import_closure.py", "--fingerprints", ".empriv/code"],
+                              cwd=copy, capture_output=True, text=True, check=True)
+        assert proc.stdout.startswith("code fingerprints: ")
+        return {p.name: p.read_bytes() for p in sorted(out.glob("*.json"))}
+
+    before = run()
+    assert {"train.json", "score.json", "validate.json"} <= set(before)
+    assert set(before) == {ic.fingerprint_path(m).rsplit("/", 1)[1] for m in ic.stage_layer_modules()}
+    train = json.loads(before["train.json"])
+    assert train["module"] == "empriv.pipeline.train"
+    assert set(train["files"]) == set(ic.closure_files("empriv.pipeline.train"))
+    assert train["files"]["src/empriv/train/dp.py"] == hashlib.md5((ROOT / "src/empriv/train/dp.py").read_bytes()).hexdigest()
+    (out / "gone.json").write_text("{}")  # a module that no longer exists loses its fingerprint
+    assert run() == before  # same code, same bytes: nothing downstream re-runs
+    target = "src/empriv/score/vmr.py"
+    users = {ic.fingerprint_path(m).rsplit("/", 1)[1] for m in ic.stage_layer_modules()
+             if target in ic.closure_files(m)}
+    assert "score.json" in users and "train.json" not in users and "validate.json" not in users
+    with open(copy / target, "a") as fh:
+        fh.write("\n# an edit\n")
+    after = run()
+    assert {n for n in before if after[n] != before[n]} == users
 
 
 def test_the_closure_follows_lazy_imports_and_package_inits(tmp_path):

@@ -278,6 +278,26 @@ def test_second_repro_is_a_no_op_and_one_cube_change_reruns_only_it(repo):
     assert summary["n_runs"] == 4  # the stale seed-1 files are not counted: the table follows the cube
 
 
+def test_a_code_edit_reruns_exactly_the_stages_that_import_the_file(repo, tmp_path):
+    """Stages depend on their code fingerprints (the code stage): an edit to a scoring module re-runs the code
+    stage, every score@ and what reads the scores, but no training, auditing or data stage; then nothing."""
+    work, env, _ = repo
+    edit = tmp_path / "edit"
+    shutil.copytree(work, edit, symlinks=True, ignore=shutil.ignore_patterns("wandb", "warm"))
+    assert _ran_stages(_run(["dvc", "repro"], edit, env)) == []
+    with open(edit / "src/empriv/score/vmr.py", "a") as fh:
+        fh.write("\n# an edit that changes no result\n")
+    status = json.loads(_run(["dvc", "status", "--json"], edit, env).stdout)
+    assert set(status) == {"code"}, status  # DVC sees the source change; the fingerprints carry it downstream
+    ran = _ran_stages(_run(["dvc", "repro"], edit, env))
+    assert ran[0] == "code"
+    assert {s for s in ran if s.startswith("score@")} == {f"score@{e}-32-3-0.01-{s}-record-full"
+                                                         for e in ("8", "inf") for s in (0, 1)}
+    assert not [s for s in ran if s.startswith(("train@", "audit@", "input@"))]
+    assert not {"validate", "prepare", "tokenizer", "secrets", "base", "canaries"} & set(ran), ran
+    assert _ran_stages(_run(["dvc", "repro"], edit, env)) == []
+
+
 def test_user_level_units_train_score_and_sit_beside_record_level(repo, tmp_path):
     """cube.unit gains Group Privacy and User-wise DP-SGD units: only their train@/score@ runs (and the record
     scores, the analysis) run; their records carry the unit's accounting; the summary, the configurations and the

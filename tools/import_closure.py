@@ -1,22 +1,37 @@
 """The empriv source files a module imports, transitively — what a dvc.yaml stage must list under ``deps``.
 
 Every ``import empriv…`` / ``from empriv… import …`` counts, at module level or inside functions (stages import
-lazily), and a package's ``__init__.py`` counts wherever one of its modules is imported. Usage:
+lazily), and a package's ``__init__.py`` counts wherever one of its modules is imported.
+
+A stage of the stage layer (``python -m empriv.pipeline.<x>``) depends on one file, its *code fingerprint*
+``.empriv/code/<x>.json``: the md5 of every file of its closure, written by the ``code`` stage (this script with
+``--fingerprints``), which depends on all of ``src/empriv``. An edit re-runs ``code`` (no torch, ~1 s); a
+fingerprint whose files did not change keeps its bytes, so DVC re-runs exactly the stages whose closure changed,
+as if each listed its files — but ``dvc.lock`` holds one entry per stage instead of ~40 (DVC re-reads and rewrites
+the whole lock file after every stage, so its size is paid once per stage: docs/timing.md). Usage:
 
     python tools/import_closure.py empriv.pipeline.train      # prints the files, one per line
     python tools/import_closure.py --cycles [module]           # import cycles among packages (or modules)
     python tools/import_closure.py --write-dvc                 # rewrites every stage's code deps in dvc.yaml
+    python tools/import_closure.py --fingerprints DIR          # writes DIR/<x>.json per pipeline module
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
+import os
 import sys
+import tempfile
 from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
+CODE_DIR = ".empriv/code"  # the code stage's output: one fingerprint per module of the stage layer
+CODE_STAGE = "code"
+STAGE_LAYER = "empriv.pipeline"
 
 
 def module_file(name: str) -> Path | None:
@@ -174,7 +189,52 @@ def stage_code(cmd: str) -> list[str]:
 
 
 def is_code_dep(dep: str) -> bool:
-    return dep.startswith(("src/empriv", "stages/"))
+    return dep.startswith(("src/empriv", "stages/", CODE_DIR + "/"))
+
+
+def stage_layer_modules() -> list[str]:
+    """Every module of the stage layer (``empriv.pipeline.<x>``): the ones a fingerprint is written for."""
+    pkg = SRC / Path(*STAGE_LAYER.split("."))
+    return sorted(f"{STAGE_LAYER}.{p.stem}" for p in pkg.glob("*.py") if p.stem != "__init__")
+
+
+def fingerprint_path(module: str) -> str:
+    return f"{CODE_DIR}/{module.rsplit('.', 1)[-1]}.json"
+
+
+def fingerprint(module: str) -> dict:
+    """The closure of ``module``: every file with the md5 of its bytes (the file changes iff one of them does)."""
+    files = sorted(module_file(m) for m in closure(module))
+    return {"module": module,
+            "files": {str(f.relative_to(ROOT)): hashlib.md5(f.read_bytes()).hexdigest() for f in files}}
+
+
+def write_fingerprints(out_dir: Path) -> list[str]:
+    """One ``<x>.json`` per stage-layer module in ``out_dir`` (each written atomically); files of modules that no
+    longer exist are removed."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for module in stage_layer_modules():
+        target = out_dir / Path(fingerprint_path(module)).name
+        text = json.dumps(fingerprint(module), indent=1, sort_keys=True) + "\n"
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+        written.append(target.name)
+    for stale in out_dir.glob("*.json"):
+        if stale.name not in written:
+            stale.unlink()
+    return written
+
+
+def stage_code_deps(cmd: str) -> list[str]:
+    """What a stage lists for its code in dvc.yaml: its fingerprint when it runs a stage-layer module, else its
+    files (a script's own stage)."""
+    module, _ = stage_entry(cmd)
+    if module and module.startswith(STAGE_LAYER + ".") and module in stage_layer_modules():
+        return [fingerprint_path(module)]
+    return stage_code(cmd)
 
 
 def write_dvc(path: Path = ROOT / "dvc.yaml") -> list[str]:
@@ -188,11 +248,13 @@ def write_dvc(path: Path = ROOT / "dvc.yaml") -> list[str]:
     doc = yaml.load(path.read_text(encoding="utf-8"))
     changed = []
     for name, stage in doc["stages"].items():
+        if name == CODE_STAGE:  # its deps are all of src/empriv and this script
+            continue
         stage = stage.get("do", stage)  # a foreach stage's body
         deps = stage.get("deps")
         if deps is None:
             continue
-        code = stage_code(stage["cmd"])
+        code = stage_code_deps(stage["cmd"])
         rest = [d for d in deps if not is_code_dep(str(d))]
         if [str(d) for d in deps] != code + [str(d) for d in rest]:
             changed.append(name)
@@ -219,6 +281,10 @@ def compact(files: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--fingerprints"] and len(sys.argv) == 3:
+        names = write_fingerprints(Path(sys.argv[2]))
+        print(f"code fingerprints: {len(names)} stage-layer modules in {sys.argv[2]}")
+        raise SystemExit(0)
     if sys.argv[1:] == ["--write-dvc"]:
         print("updated:", ", ".join(write_dvc()) or "nothing")
         raise SystemExit(0)

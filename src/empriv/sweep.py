@@ -15,9 +15,10 @@ brings the results back under DVC's control, so that ``dvc repro`` afterwards ha
    A failed job is re-submitted, and a preempted one (SLURM's warning signal) is requeued by submitit
    (:class:`StageJob` is a ``Checkpointable``); together at most ``sweep.max_retries`` times per item. A training
    command resumes from its own checkpoint: the sweep only runs the command again.
-4. **collect**: in this one process, under DVC's repository lock, ``Repo.commit(<item>, force=True)`` for every
-   finished item (what ``dvc commit -f`` does: hash deps and outputs, store the outputs in the cache, write the
-   item's entry in dvc.lock and the run-cache), then ``Repo.status`` of those items must be empty.
+4. **collect**: in this one process, under DVC's repository lock, what ``dvc commit -f <item>`` does for every
+   finished item (hash deps and outputs, store the outputs in the cache and the run-cache), the items' entries
+   written into dvc.lock in one dump (DVC rewrites the whole file per dump), then ``Repo.status`` of those items
+   must be empty.
 
 Why not ``dvc repro --single-item`` per job: DVC holds its repository lock while it reproduces, so concurrent
 repros in one workspace conflict; running the resolved command and committing once at the end gives the same
@@ -712,8 +713,7 @@ def _collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], 
     try:
         with contextlib.chdir(root):
             with lock_repo(repo):
-                for address in finished:
-                    repo.commit(address, force=True)
+                _commit_items(repo, finished)
             result.status = repo.status(targets=finished, with_deps=True)
     finally:
         repo.close()
@@ -723,6 +723,22 @@ def _collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], 
         echo(f"committed {len(finished)} item(s) to dvc.lock and the DVC cache; dvc status of them: clean")
     if plan.downstream:
         echo(f"stages below the sweep are now stale: {', '.join(plan.downstream)} (run `dvc repro` to update them)")
+
+
+def _commit_items(repo: Any, addresses: list[str]) -> None:
+    """What ``dvc commit -f <address>`` does for each item (hash deps and outputs, store the outputs in the cache and
+    the run-cache), but each dvc.yaml's lock entries written in one go: DVC re-reads and rewrites the whole lock file
+    per dump, so committing items one by one costs time quadratic in their number (``Repo.commit`` takes a single
+    target)."""
+    by_file: dict[str, tuple[Any, list[Any]]] = {}
+    for address in addresses:
+        for info in repo.stage.collect_granular(address):
+            stage = info.stage
+            stage.save(allow_missing=False)
+            stage.commit(filter_info=info.filter_info, allow_missing=False, relink=True)
+            by_file.setdefault(stage.dvcfile.path, (stage.dvcfile, []))[1].append(stage)
+    for dvcfile, stages in by_file.values():
+        dvcfile.dump_stages(stages, update_pipeline=False)
 
 
 def summary_line(result: SweepResult) -> str:
