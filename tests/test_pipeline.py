@@ -298,6 +298,47 @@ def test_a_code_edit_reruns_exactly_the_stages_that_import_the_file(repo, tmp_pa
     assert _ran_stages(_run(["dvc", "repro"], edit, env)) == []
 
 
+def test_make_repro_s_sweep_gives_what_dvc_repro_gives(repo, tmp_path):
+    """`make repro` runs the matrix items as `empriv sweep` local jobs, then `dvc repro`: for a new cube point the
+    sweep trains and scores it (2 jobs at once), `dvc repro` runs only what is left (analyze), the models and
+    records equal those of a plain `dvc repro` of the same change, and DVC has nothing left to do."""
+    work, env, _ = repo
+    copies = {}
+    for name in ("swept", "plain"):
+        copies[name] = tmp_path / name
+        shutil.copytree(work, copies[name], symlinks=True, ignore=shutil.ignore_patterns("wandb", "warm"))
+        write_params(copies[name], {**TINY, "cube": {**TINY["cube"], "seed": [0, 1, 2]}})
+    new = {f"{st}@{e}-32-3-0.01-2-record-full" for st in ("train", "score") for e in ("8", "inf")}
+    sweep = _run([str(VENV_BIN / "empriv"), "sweep", "--engine", "local", "--jobs", "2"], copies["swept"], env)
+    assert set(re.findall(r"^done (\S+) ", sweep.stdout, re.M)) == new | {"filter"}, sweep.stdout
+    assert "dvc status of them: clean" in sweep.stdout
+    after = _ran_stages(_run(["dvc", "repro"], copies["swept"], env))
+    assert not [s for s in after if s.startswith(("train@", "score@", "audit@"))] and "analyze" in after, after
+    plain = set(_ran_stages(_run(["dvc", "repro"], copies["plain"], env)))
+    assert new <= plain
+    for name in ("swept", "plain"):
+        assert _ran_stages(_run(["dvc", "repro"], copies[name], env)) == []
+
+    def digest(root: Path) -> dict:
+        """The new point's models (bytes) and records (the times and memory they measure left out)."""
+        out = {}
+        for top in ("models/runs", "records/train", "records/score"):
+            for p in sorted((root / top).rglob("*")):
+                if p.is_file() and "-s2" in str(p):
+                    if p.suffix == ".json" and top.startswith("records"):
+                        rec = json.loads(p.read_text())
+                        out[str(p.relative_to(root))] = {k: v for k, v in rec.items()
+                                                         if not k.endswith("_time_s") and k != "peak_memory"}
+                    else:
+                        out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+        return out
+
+    swept, plain_d = digest(copies["swept"]), digest(copies["plain"])
+    assert len(swept) >= 8 and swept.keys() == plain_d.keys()
+    differ = [k for k in swept if swept[k] != plain_d[k]]
+    assert not differ, differ
+
+
 def test_user_level_units_train_score_and_sit_beside_record_level(repo, tmp_path):
     """cube.unit gains Group Privacy and User-wise DP-SGD units: only their train@/score@ runs (and the record
     scores, the analysis) run; their records carry the unit's accounting; the summary, the configurations and the

@@ -235,6 +235,33 @@ def test_plan_orders_items_after_what_they_need(project):
     assert make_plan(project, ["train"]).downstream == ["score@1", "score@2", "total"]
 
 
+def test_plan_skips_an_empty_matrix_stage_beside_others_and_refuses_it_alone(project):
+    """The pipeline's adaptation_audit has no items by default, an emptied audit cube neither: a sweep of the
+    default stages skips them; a sweep of only empty stages is an error."""
+    (project / "dvc.yaml").write_text(DVC_YAML + "  audit:\n    matrix:\n      x: ${cube.none}\n    cmd: echo ${item.x}\n")
+    _write_params(project, {**PARAMS, "cube": {**PARAMS["cube"], "none": []}})
+    plan = make_plan(project, ["train", "audit", "score"])
+    assert plan.empty == ["audit"] and plan.stages == ["train", "score"]
+    assert [i.address for i in plan.items] == ["train@1", "train@2", "total", "score@1", "score@2"]
+    with pytest.raises(SweepError, match=r"^--stages: matrix stage 'audit' has no items"):
+        make_plan(project, ["audit"], stages_key="--stages")
+    run = _sweep(project, "--engine", "local", "--stages", "train,audit", "--dry-run")
+    assert run.returncode == 0, run.stderr
+    assert "no items (empty matrix), skipped: audit" in run.stdout.splitlines()
+
+
+def test_local_jobs_times_threads_above_the_cpus_is_a_warning(project):
+    cpus = os.cpu_count() or 1
+    _write_params(project, {**PARAMS, "runtime": {"threads": cpus}})
+    run = _sweep(project, "--engine", "local", "--jobs", "2", "--dry-run")
+    assert run.returncode == 0, run.stderr
+    assert (f"warning: 2 local jobs x runtime.threads {cpus} = {2 * cpus} torch threads on {cpus} CPUs: the jobs "
+            f"compete for the cores (set runtime.threads to {max(1, cpus // 2)}, or --jobs 1)") in run.stdout
+    _write_params(project, {**PARAMS, "runtime": {"threads": 1}})
+    run = _sweep(project, "--engine", "local", "--jobs", "1", "--dry-run")
+    assert run.returncode == 0 and "warning" not in run.stdout
+
+
 @pytest.mark.parametrize("args, message", [
     (["--stages", "trian"], "error: --stages: unknown stage; did you mean 'train'? (got 'trian'; allowed: matrix "
                             "stages of dvc.yaml: train, score)"),

@@ -139,6 +139,7 @@ class Plan:
     upstream: list[str]  # other stages the items depend on directly (``dvc repro`` targets)
     stale_upstream: list[str]  # of those (and their ancestors), the ones DVC would run
     downstream: list[str]  # stages outside the sweep that depend on selected items
+    empty: list[str] = field(default_factory=list)  # selected stages whose matrix has no items (skipped)
 
     @property
     def to_run(self) -> list[Item]:
@@ -176,6 +177,15 @@ def _select_stages(requested: list[str], all_stages: list[str], matrix: list[str
     if not chosen:
         raise SweepError(f"{key}: no stage selected (got []; allowed: matrix stages of dvc.yaml: {allowed})")
     return chosen
+
+
+def _threads_per_job(params_path: Path) -> int:
+    """runtime.threads of the params file (its default when absent): the torch threads each stage process uses."""
+    from empriv.config import RuntimeParams
+
+    runtime = (read_yaml(params_path) or {}).get("runtime") or {}
+    threads = runtime.get("threads", RuntimeParams.model_fields["threads"].default)
+    return threads if isinstance(threads, int) and threads >= 1 else 1
 
 
 def _failure(returncode: int) -> str:
@@ -219,10 +229,13 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
                 group, _, key = stage.addressing.partition("@")
                 if key and group in by_group:
                     by_group[group].append(stage)
-            for name in chosen:
-                if not by_group[name]:
-                    raise SweepError(f"{stages_key}: matrix stage {name!r} has no items (its matrix/foreach list is "
-                                     f"empty) (got {name!r}; allowed: a matrix stage with items)")
+            # a stage whose matrix is empty (the default adaptation audit, an emptied audit cube) is skipped when
+            # another selected stage has items; alone, it is an error
+            empty = [name for name in chosen if not by_group[name]]
+            if len(empty) == len(chosen):
+                raise SweepError(f"{stages_key}: matrix stage {empty[0]!r} has no items (its matrix/foreach list is "
+                                 f"empty) (got {empty[0]!r}; allowed: a matrix stage with items)")
+            chosen = [name for name in chosen if by_group[name]]
             candidates = [s for name in chosen for s in by_group[name]]
             if patterns:
                 selected = [s for s in candidates
@@ -273,7 +286,8 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
                                   needs=[d.addressing for d in sub.successors(s)], stale=stale[s],
                                   between=s in between))
             return Plan(root=root, stages=chosen, items=items, upstream=[u.addressing for u in upstream],
-                        stale_upstream=stale_upstream, downstream=sorted(d.addressing for d in downstream))
+                        stale_upstream=stale_upstream, downstream=sorted(d.addressing for d in downstream),
+                        empty=empty)
     finally:
         repo.close()
 
@@ -534,6 +548,15 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
     echo(f"sweep: engine {engine}, stages {', '.join(plan.stages)}"
          + (f" (and between them: {', '.join(between)})" if between else "")
          + f": {len(plan.items)} items, {len(plan.to_run)} to run, {len(plan.up_to_date)} up to date")
+    if plan.empty:
+        echo(f"no items (empty matrix), skipped: {', '.join(plan.empty)}")
+    if engine == "local":
+        threads = _threads_per_job(Path(params) if params else root / "params.yaml")
+        cpus = os.cpu_count() or 1
+        if min(jobs, max(1, len(plan.to_run))) * threads > cpus:
+            echo(f"warning: {jobs} local jobs x runtime.threads {threads} = {jobs * threads} torch threads on {cpus} "
+                 f"CPUs: the jobs compete for the cores (set runtime.threads to {max(1, cpus // jobs)}, or --jobs "
+                 f"{max(1, cpus // threads)})")
     if plan.up_to_date:
         echo(f"up to date (skipped): {', '.join(i.address for i in plan.up_to_date)}")
     for s in dict.fromkeys(i.stage for i in plan.items):
@@ -581,24 +604,39 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
     return result
 
 
-def _remove_outs_or_restore(root: Path, address: str) -> bool:
-    """As ``dvc repro`` does before a stage runs: remove its outputs, then try DVC's run-cache (an identical
-    earlier run's outputs are checked out). True when the run-cache had it."""
-    from dvc.repo import Repo, lock_repo
-    from dvc.stage.cache import RunCacheNotFoundError
+class _Restorer:
+    """As ``dvc repro`` does before a stage runs: remove its outputs, then try DVC's run-cache (an identical earlier
+    run's outputs are checked out). One DVC repository object for the whole sweep, opened at the first item (after
+    the upstream repro): opening one and building its index takes ~1 s with the default pipeline, which per item
+    would hold up every job launch."""
 
-    repo = Repo(str(root))
-    try:
-        with contextlib.chdir(root), lock_repo(repo):
-            (stage,) = [s for s in repo.index.stages if s.addressing == address]
-            stage.remove_outs(ignore_remove=False, force=False)
-            try:
-                repo.stage_cache.restore(stage)
-            except RunCacheNotFoundError:
-                return False
-            return True
-    finally:
-        repo.close()
+    def __init__(self, root: Path):
+        self.root = root
+        self._repo = None
+        self._stages: dict = {}
+
+    def __call__(self, address: str) -> bool:
+        """Outputs removed; True when the run-cache had them."""
+        from dvc.repo import Repo, lock_repo
+        from dvc.stage.cache import RunCacheNotFoundError
+
+        with contextlib.chdir(self.root):
+            if self._repo is None:
+                self._repo = Repo(str(self.root))
+                self._stages = {s.addressing: s for s in self._repo.index.stages}
+            stage = self._stages[address]
+            with lock_repo(self._repo):
+                stage.remove_outs(ignore_remove=False, force=False)
+                try:
+                    self._repo.stage_cache.restore(stage)
+                except RunCacheNotFoundError:
+                    return False
+                return True
+
+    def close(self) -> None:
+        if self._repo is not None:
+            self._repo.close()
+            self._repo = None
 
 
 def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, folder: Path, sweep: SweepParams,
@@ -619,6 +657,7 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
                 f"{len(result.done) + len(result.restored)} done, {len(result.failed)} failed, "
                 f"{len(todo)} waiting (of {len(stale)})")
 
+    restore = _Restorer(root)
     try:
         while todo or running:
             # collect what finished
@@ -673,7 +712,7 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
                 todo.remove(item)
                 if item.address not in submitted_once:
                     submitted_once.add(item.address)
-                    if _remove_outs_or_restore(root, item.address):
+                    if restore(item.address):
                         result.restored.append(item.address)
                         finished.add(item.address)
                         echo(f"restored {item.address} from DVC's run-cache (an identical run's outputs; no job)")
@@ -698,8 +737,11 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
         echo(f"interrupted: cancelled {len(running)} job(s); committing the {len(result.done)} finished item(s)")
         result.failed.update({a: "interrupted" for a in running})
         result.blocked.extend(i.address for i in todo)
+        restore.close()
         _collect(plan, result, root, echo)
         raise
+    finally:
+        restore.close()
 
 
 def _collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], None]) -> None:
