@@ -351,3 +351,64 @@ def test_bad_prompt_inputs():
     ids, mask = toy_data(2)
     with pytest.raises(ValueError, match=r"prompt must have shape \[n_prompt >= 1, 16\]"):
         soft_prompt_losses(model, torch.zeros(2, 8), ids, mask)
+
+
+# ----------------------------------------------------------------------------- checkpoint and resume
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("kd", [False, True])
+def test_a_crashed_run_resumes_from_its_checkpoint_bit_identical(tmp_path, kd):
+    """Crash after step 5 of 9 with a checkpoint every 2 steps, re-run: it resumes at step 4 and ends with the
+    uninterrupted run's prompt, curves and released scalars (each step taken once); the checkpoints are gone."""
+    from empriv.train.checkpoint import Checkpointer
+
+    model = tiny_gpt2(n_positions=16)
+    ids, mask = toy_data(16)
+    kw = dict(n_prompt=2, steps=9, sample_rate=0.4, learning_rate=0.1, mu=1e-2, clip_norm=0.5, noise_multiplier=1.0,
+              seed=3)
+    if kd:
+        kw.update(kd_target=torch.full((2, model.get_input_embeddings().weight.shape[1]), 0.01), kd_lambda=0.05)
+    ref, ref_r = dpzero_prompt_tuning(model, ids, mask, **kw)
+    ck = Checkpointer(tmp_path / "ck", 2, identity={"run": "t"})
+
+    def crash(step, facts):
+        if step == 5:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        dpzero_prompt_tuning(model, ids, mask, checkpoint=ck, on_step=crash, **kw)
+    assert [p.name for p in ck.checkpoints()] == ["step-000000004"]
+    steps_seen = []
+    prompt, r = dpzero_prompt_tuning(model, ids, mask, checkpoint=ck, on_step=lambda s, f: steps_seen.append(s), **kw)
+    assert r.resumed_from_step == 4 and steps_seen == [4, 5, 6, 7, 8]
+    assert torch.equal(prompt, ref)
+    assert r.projected_gradients == ref_r.projected_gradients and r.batch_sizes == ref_r.batch_sizes
+    assert r.clipped_fractions == ref_r.clipped_fractions and len(r.losses) == 9
+    assert r.losses == pytest.approx(ref_r.losses, nan_ok=True, rel=0, abs=0)
+    assert not (tmp_path / "ck").exists()
+
+
+def test_a_checkpoint_of_other_settings_is_refused(tmp_path, caplog):
+    from empriv.train.checkpoint import Checkpointer
+
+    model = tiny_gpt2(n_positions=16)
+    ids, mask = toy_data(16)
+    kw = dict(n_prompt=2, steps=6, sample_rate=0.4, learning_rate=0.1, mu=1e-2, clip_norm=0.5, noise_multiplier=1.0,
+              seed=3)
+    ck = Checkpointer(tmp_path / "ck", 2)
+
+    def crash(step, facts):
+        if step == 3:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        dpzero_prompt_tuning(model, ids, mask, checkpoint=ck, on_step=crash, **kw)
+    fresh, fresh_r = dpzero_prompt_tuning(model, ids, mask, **{**kw, "mu": 2e-2})
+    with caplog.at_level("WARNING", logger="empriv.train"):
+        prompt, r = dpzero_prompt_tuning(model, ids, mask, checkpoint=ck, **{**kw, "mu": 2e-2})
+    assert r.resumed_from_step is None and torch.equal(prompt, fresh)
+    assert any("refused: written by a different run (mu: 0.01 != 0.02" in m for m in caplog.messages), caplog.messages

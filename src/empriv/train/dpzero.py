@@ -315,6 +315,7 @@ class DPZeroResult:
     empty_batches: int = 0
     wall_time_s: float = 0.0
     streams: dict = field(default_factory=dict)
+    resumed_from_step: int | None = None  # steps a checkpoint had done when this run resumed (None: from step 0)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -347,6 +348,7 @@ def dpzero_prompt_tuning(
     on_step: Callable[[int, DPZeroStep], None] | None = None,
     kd_target: torch.Tensor | None = None,
     kd_lambda: float = 0.0,
+    checkpoint=None,
 ) -> tuple[torch.Tensor, DPZeroResult]:
     """Train a soft prompt on (``ids``, ``mask``) with DPZero (σ = ``noise_multiplier``) or MeZO (σ None).
 
@@ -361,6 +363,11 @@ def dpzero_prompt_tuning(
     −η·λ·(θ − θ_nor)/‖θ − θ_nor‖₂ (``kd_lambda`` λ; nothing where θ = θ_nor). The term depends on θ and θ_nor
     only, so given θ_nor it is post-processing of the released scalars; θ_nor trained on the private data is
     the published variant's caveat (the caller records it), on public data the strict one.
+
+    ``checkpoint`` (:class:`empriv.train.checkpoint.Checkpointer`): save θ, the three streams (and the global ones),
+    the curves and the step count every ``checkpoint.every`` steps; a re-run with the same settings, data and
+    identity resumes from the latest intact checkpoint and ends bit-identical to an uninterrupted run (the steps,
+    hence the accounting, counted once); the checkpoints are deleted when the loop completes.
     """
     from empriv.progress import progress
     from empriv.train.sampling import poisson_batches
@@ -395,12 +402,38 @@ def dpzero_prompt_tuning(
         expected_batch_size=b, learning_rate=lr, mu=mu, clip_norm=c, noise_multiplier=sigma,
         private=bool(sigma), streams=streams.record(),
     )
+    generators = {"sampler": sampler, "directions": directions, "noise": noise}
+    start, time_before, fingerprint = 0, 0.0, None
+    if checkpoint is not None:
+        from empriv.train.checkpoint import restore_rng, tensors_digest
+
+        fingerprint = checkpoint.fingerprint({
+            "loop": "dpzero", "n": n, "n_prompt": n_prompt, "steps": steps, "sample_rate": q, "learning_rate": lr,
+            "mu": mu, "clip_norm": c, "sigma": sigma, "micro_batch_size": micro_batch_size,
+            "streams": f"{streams.key}|seed={streams.seed}", "data": tensors_digest(ids, mask),
+            "init": tensors_digest(prompt),
+            "kd": None if kd_target is None else [tensors_digest(kd_target), float(kd_lambda)]})
+        snapshot = checkpoint.load(fingerprint)
+        if snapshot is not None:
+            st = snapshot.state
+            if len(st["losses"]) != snapshot.step:
+                raise ValueError(f"checkpoint {snapshot.path} records {len(st['losses'])} losses for "
+                                 f"{snapshot.step} steps")
+            prompt = snapshot.tensors["prompt"].to(device=prompt.device, dtype=prompt.dtype)
+            restore_rng(snapshot.tensors["rng"], st["rng"], generators)
+            result.losses, result.batch_sizes = list(st["losses"]), list(st["batch_sizes"])
+            result.clipped_fractions = list(st["clipped_fractions"])
+            result.projected_gradients = list(st["projected_gradients"])
+            result.empty_batches = int(st["empty_batches"])
+            result.resumed_from_step = start = snapshot.step
+            time_before = float(st["train_time_s"])
     was_training = model.training
     model.eval()
     t0 = time.time()
     try:
-        batches = poisson_batches(n, q, steps, sampler)
-        for step, batch in enumerate(progress(batches, total=steps, desc="dpzero prompt tuning", logger=log)):
+        batches = poisson_batches(n, q, steps - start, sampler) if start < steps else iter(())
+        desc = "dpzero prompt tuning" + (f" (resumed at step {start})" if start else "")
+        for step, batch in enumerate(progress(batches, total=steps - start, desc=desc, logger=log), start=start):
             b_ids, b_mask = ids[batch], mask[batch]
 
             def batch_losses(theta: torch.Tensor) -> torch.Tensor:
@@ -422,9 +455,20 @@ def dpzero_prompt_tuning(
             result.empty_batches += facts.batch_size == 0
             if on_step is not None:
                 on_step(step, facts)
+            if checkpoint is not None and checkpoint.due(step + 1, steps):
+                from empriv.train.checkpoint import capture_rng
+
+                rng_tensors, rng_state = capture_rng(generators)
+                checkpoint.save(step + 1, fingerprint, {"prompt": prompt.detach().cpu().clone(), "rng": rng_tensors}, {
+                    "losses": result.losses, "batch_sizes": result.batch_sizes,
+                    "clipped_fractions": result.clipped_fractions,
+                    "projected_gradients": result.projected_gradients, "empty_batches": result.empty_batches,
+                    "train_time_s": time_before + time.time() - t0, "rng": rng_state})
     finally:
         model.train(was_training)
-    result.wall_time_s = time.time() - t0
+    result.wall_time_s = time_before + time.time() - t0
+    if checkpoint is not None and checkpoint.clear_on_completion:
+        checkpoint.clear()
     return prompt, result
 
 

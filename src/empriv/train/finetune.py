@@ -257,13 +257,13 @@ def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_d
     unit_facts: dict = {}
     method_extra: dict = {}
     tp = params.train
-    if checkpoint is not None and (tp.method == "dpzero" or (tp.method == "prefix" and tp.dpflat.enabled)):
-        log.warning("%s: runtime.checkpoint_every is not supported by the %s loop: this run is not checkpointed",
-                    run.name, "DPZero" if tp.method == "dpzero" else "DP-Flat")
+    if checkpoint is not None and tp.method == "prefix" and tp.dpflat.enabled:
+        log.warning("%s: runtime.checkpoint_every is not supported by the DP-Flat loop: this run is not checkpointed",
+                    run.name)
         method_extra["checkpointing"] = "not supported by this method's loop"
     if tp.method == "dpzero":
         model, result, extra = _train_dpzero(params, run, model, ids, mask, privacy=privacy, streams=streams,
-                                             device=device, on_step=on_step, public=public)
+                                             device=device, on_step=on_step, public=public, checkpoint=checkpoint)
         method_extra.update(extra)
     elif tp.method == "prefix" and tp.dpflat.enabled:
         model, result, extra = _train_dpflat(params, run, model, ids, mask, privacy=privacy, streams=streams,
@@ -391,10 +391,12 @@ def _train_dpflat(params: Params, run: RunConfig, model, ids, mask, *, privacy, 
     return res.model, result, extra
 
 
-def _train_dpzero(params: Params, run: RunConfig, base, ids, mask, *, privacy, streams, device, on_step, public):
+def _train_dpzero(params: Params, run: RunConfig, base, ids, mask, *, privacy, streams, device, on_step, public,
+                  checkpoint=None):
     """Black-box soft-prompt tuning with DPZero (σ from the run's accounting, the same as DP-SGD's for the same
     (σ, q, T): empriv.train.dpzero) — MeZO at ε = ∞ — and, with ``train.dpzero.kd``, DP-Flat's black-box KD toward a
     MeZO-trained θ_nor. Returns the prompt-tuned model (:class:`~empriv.models.adaptations.PromptTunedLM`)."""
+    from empriv.train.checkpoint import params_digest
     from empriv.train.dpzero import dpzero_prompt_tuning
     from empriv.models.adaptations import PromptTunedLM, VirtualTokens, register_grad_samplers
     from empriv.train.dp import TrainResult
@@ -427,6 +429,8 @@ def _train_dpzero(params: Params, run: RunConfig, base, ids, mask, *, privacy, s
         learning_rate=run.learning_rate, mu=z.mu, clip_norm=params.train.clip_norm if run.private else None,
         noise_multiplier=privacy["noise_multiplier"] if run.private else None, seed=run.seed, micro_batch_size=mb,
         streams=streams, on_step=step_hook,
+        checkpoint=None if checkpoint is None else checkpoint.with_identity(
+            run=run.name, unit=run.unit, method=params.train.method, params=params_digest(params)),
         **({"kd_target": kd_target, "kd_lambda": z.kd_lambda} if kd_target is not None else {}))
     register_grad_samplers()
     table = VirtualTokens(z.n_prompt, prompt.shape[1])
@@ -436,7 +440,8 @@ def _train_dpzero(params: Params, run: RunConfig, base, ids, mask, *, privacy, s
     for p in model.parameters():
         p.requires_grad_(False)
     result = TrainResult(losses=list(res.losses), batch_sizes=list(res.batch_sizes), empty_batches=res.empty_batches,
-                         wall_time_s=time.time() - t0, precision="fp32", micro_batch_size=mb)
+                         wall_time_s=time.time() - t0, precision="fp32", micro_batch_size=mb,
+                         resumed_from_step=res.resumed_from_step)
     extra = {"dpzero": {"mu": z.mu, "n_prompt": z.n_prompt, "kd": z.kd, "kd_lambda": z.kd_lambda if z.kd else None,
                         "kd_data": z.kd_data if z.kd else None, "nor_losses": nor_losses,
                         "clipped_fractions": res.clipped_fractions},
