@@ -332,3 +332,53 @@ def test_strict_variants_record_no_caveat_and_strict_awp_starts_unperturbed():
     assert published.losses[0] != plain.losses[0]  # the first step's loss is taken at w + v
     assert published.caveats == [AWP_PUBLISHED_CAVEAT]
     assert not math.isnan(sum(published.losses))
+
+
+# ------------------------------------------------------------------------------------- checkpoint and resume
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("variant", ["published", "strict"])
+def test_a_crashed_dpflat_run_resumes_bit_identical(tmp_path, variant, monkeypatch):
+    """Every switch on (strict AWP needs the last released gradient from the checkpoint), a crash inside step 6 of
+    8 with a checkpoint every 2 steps: the re-run redoes the elimination and w_nor, resumes after step 4 and ends
+    with the uninterrupted run's weights and curves; the checkpoints are gone."""
+    import empriv.train.dpflat as dpflat_mod
+    from empriv.train.checkpoint import Checkpointer
+
+    config = DPFlatConfig(awp=True, awp_variant=variant, awp_steps=6, gamma=0.05, layer_elimination=True,
+                          target_layers=2, kd=True, kd_lambda=1e-3, nor_steps=3, nor_lr=0.5)
+
+    def run(checkpoint=None):
+        return dpflat_train(prefix_model(dtype=torch.float32), REPEATED_IDS, REPEATED_MASK, config=config, steps=8,
+                            sample_rate=0.5, noise_multiplier=1.0, clip_norm=1.0, lr=0.05,
+                            sampler_generator=torch.Generator().manual_seed(0),
+                            noise_generator=torch.Generator().manual_seed(1),
+                            nor_generator=torch.Generator().manual_seed(2), checkpoint=checkpoint)
+
+    ref = run()
+    ck = Checkpointer(tmp_path / "ck", 2, identity={"run": "t"})
+    calls = {"n": 0}
+    real_step = dpflat_mod.dp_step
+
+    def crashing_step(*args, **kwargs):  # steps 1-6 take AWP's perturbed step (through dp_step), 7-8 dp_step itself
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise _Crash
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(dpflat_mod, "dp_step", crashing_step)
+    with pytest.raises(_Crash):
+        run(ck)
+    monkeypatch.setattr(dpflat_mod, "dp_step", real_step)
+    assert [p.name for p in ck.checkpoints()] == ["step-000000004"]
+    res = run(ck)
+    assert res.resumed_from_step == 4 and ref.resumed_from_step is None
+    assert res.kept_layers == ref.kept_layers
+    assert torch.equal(res.model.prefix.table.weight, ref.model.prefix.table.weight)
+    assert res.losses == ref.losses and res.kd_distances == ref.kd_distances and len(res.losses) == 8
+    assert res.empty_batches == ref.empty_batches
+    assert not (tmp_path / "ck").exists()

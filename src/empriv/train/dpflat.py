@@ -484,6 +484,7 @@ class DPFlatResult:
     noise_multiplier: float | None = None
     sample_rate: float = 0.0
     steps: int = 0
+    resumed_from_step: int | None = None  # DP steps a checkpoint had done when this run resumed (None: from 0)
 
     def record(self) -> dict:
         """JSON-friendly metadata of the run (no model)."""
@@ -499,7 +500,7 @@ def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, con
                  sampler_generator: torch.Generator, noise_generator: torch.Generator | None = None,
                  nor_generator: torch.Generator | None = None,
                  public_ids: torch.Tensor | None = None, public_mask: torch.Tensor | None = None,
-                 elimination_rows: torch.Tensor | None = None) -> DPFlatResult:
+                 elimination_rows: torch.Tensor | None = None, checkpoint=None) -> DPFlatResult:
     """DP-Flat white-box pipeline (spec B5, Algorithm 1) on a prefix-tuned model and private data (ids, mask):
 
     1. (``layer_elimination``) greedy elimination on the private data or, strict, the public data;
@@ -514,6 +515,12 @@ def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, con
     its own generator (Poisson sampler, DP noise, w_nor's batches when ``nor_batch_size`` is set); a pipeline
     passes its run's streams (:class:`empriv.randomness.RunStreams`). Public data (``public_ids``/``public_mask``)
     is needed when ``elimination_data`` or ``kd_data`` is ``"public"``.
+
+    ``checkpoint`` (:class:`empriv.train.checkpoint.Checkpointer`): every ``checkpoint.every`` DP steps, save the
+    trainable weights, Adam's state, the sampler/noise streams (and the global ones), the last released gradient
+    (strict AWP's direction) and the curves. A re-run with the same settings, data, starting weights and identity
+    redoes the elimination and w_nor (deterministic: their own data and streams), then resumes the DP steps from
+    the latest intact checkpoint, bit-identical to an uninterrupted run; the checkpoints go when the loop ends.
     """
     from empriv.train.sampling import poisson_batches
 
@@ -571,7 +578,35 @@ def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, con
     dp = dict(clip_norm=clip_norm, noise_multiplier=sigma, generator=noise_generator, expected_batch_size=b)
     losses, distances, empty = [], [], 0
     previous_noisy: dict[str, torch.Tensor] | None = None
-    for t, batch in enumerate(poisson_batches(n, sample_rate, steps, sampler_generator), start=1):
+    generators = {"sampler": sampler_generator, "noise": noise_generator}
+    start, fingerprint = 0, None
+    if checkpoint is not None:
+        from empriv.train.checkpoint import load_trainable_state, restore_rng, tensors_digest, trainable_digest
+
+        fingerprint = checkpoint.fingerprint({
+            "loop": "dpflat", "config": {k: (list(v) if isinstance(v, tuple) else v)
+                                         for k, v in vars(config).items()},
+            "n": int(n), "steps": steps, "sample_rate": sample_rate, "sigma": noise_multiplier,
+            "clip_norm": clip_norm, "lr": lr, "data": tensors_digest(ids, mask),
+            "kept_layers": list(model.prefix.layers), "trainable": trainable_digest(model),
+            "start": tensors_digest(*(p.detach() for _, p in _trainable(model))),
+            "w_nor": None if w_nor is None else tensors_digest(*w_nor.values())})
+        snapshot = checkpoint.load(fingerprint)
+        if snapshot is not None:
+            st = snapshot.state
+            if len(st["losses"]) != snapshot.step:
+                raise ValueError(f"checkpoint {snapshot.path} records {len(st['losses'])} losses for "
+                                 f"{snapshot.step} steps")
+            load_trainable_state(model, snapshot.tensors["trainable"])
+            optimizer.load_state_dict(snapshot.tensors["optimizer"])
+            restore_rng(snapshot.tensors["rng"], st["rng"], generators)
+            previous_noisy = snapshot.tensors.get("previous_noisy")
+            if previous_noisy is not None:
+                previous_noisy = {k: v.to(ids.device) for k, v in previous_noisy.items()}
+            losses, distances, empty = list(st["losses"]), list(st["kd_distances"]), int(st["empty_batches"])
+            start = snapshot.step
+    batches = poisson_batches(n, sample_rate, steps - start, sampler_generator) if start < steps else iter(())
+    for t, batch in enumerate(batches, start=start + 1):
         bi, bm = ids[batch], mask[batch]
         empty += int(batch.numel() == 0)
         optimizer.zero_grad(set_to_none=True)
@@ -590,6 +625,17 @@ def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, con
             distances.append(add_kd_gradient(model, w_nor, config.kd_lambda))
         optimizer.step()
         losses.append(float(stats.losses.mean()) if stats.losses.numel() else float("nan"))
+        if checkpoint is not None and checkpoint.due(t, steps):
+            from empriv.train.checkpoint import capture_rng, trainable_state as saved_trainable
+
+            rng_tensors, rng_state = capture_rng(generators)
+            tensors = {"trainable": saved_trainable(model), "optimizer": optimizer.state_dict(), "rng": rng_tensors}
+            if previous_noisy is not None:
+                tensors["previous_noisy"] = {k: v.detach().cpu() for k, v in previous_noisy.items()}
+            checkpoint.save(t, fingerprint, tensors, {"losses": losses, "kd_distances": distances,
+                                                      "empty_batches": empty, "rng": rng_state})
+    if checkpoint is not None and checkpoint.clear_on_completion:
+        checkpoint.clear()
 
     switches = {"awp": config.awp, "awp_variant": config.awp_variant, "awp_steps": config.awp_steps,
                 "gamma": config.gamma, "layer_elimination": config.layer_elimination,
@@ -599,4 +645,5 @@ def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, con
     return DPFlatResult(model=model, losses=losses, switches=switches, caveats=caveats,
                         kept_layers=tuple(model.prefix.layers), elimination=elimination, kd_distances=distances,
                         nor_losses=nor_losses, trainable_parameters=sum(p.numel() for p in params),
-                        empty_batches=empty, noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
+                        empty_batches=empty, noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps,
+                        resumed_from_step=start or None)

@@ -257,17 +257,13 @@ def _train_and_track(params: Params, run: RunConfig, model, ids, mask, *, n, n_d
     unit_facts: dict = {}
     method_extra: dict = {}
     tp = params.train
-    if checkpoint is not None and tp.method == "prefix" and tp.dpflat.enabled:
-        log.warning("%s: runtime.checkpoint_every is not supported by the DP-Flat loop: this run is not checkpointed",
-                    run.name)
-        method_extra["checkpointing"] = "not supported by this method's loop"
     if tp.method == "dpzero":
         model, result, extra = _train_dpzero(params, run, model, ids, mask, privacy=privacy, streams=streams,
                                              device=device, on_step=on_step, public=public, checkpoint=checkpoint)
         method_extra.update(extra)
     elif tp.method == "prefix" and tp.dpflat.enabled:
         model, result, extra = _train_dpflat(params, run, model, ids, mask, privacy=privacy, streams=streams,
-                                             device=device, on_step=on_step, public=public)
+                                             device=device, on_step=on_step, public=public, checkpoint=checkpoint)
         method_extra.update(extra)
     elif unit_data is None:
         result = dp_finetune(
@@ -341,11 +337,13 @@ def _public_or_fail(public, what: str):
     return ids, mask
 
 
-def _train_dpflat(params: Params, run: RunConfig, model, ids, mask, *, privacy, streams, device, on_step, public):
+def _train_dpflat(params: Params, run: RunConfig, model, ids, mask, *, privacy, streams, device, on_step, public,
+                  checkpoint=None):
     """DP-Flat (empriv.train.dpflat) on a prefix-tuned model: AWP, layer elimination and KD as switched in
     ``train.dpflat``; DP-Adam over the same Poisson batches and σ as the run's accounting."""
     import torch
 
+    from empriv.train.checkpoint import params_digest
     from empriv.train.dpflat import DPFlatConfig, dpflat_train
     from empriv.train.dp import TrainResult
 
@@ -371,14 +369,18 @@ def _train_dpflat(params: Params, run: RunConfig, model, ids, mask, *, privacy, 
                        noise_generator=streams.generator("noise", device=device),
                        nor_generator=streams.generator("sampler:nor"),
                        public_ids=None if pub_ids is None else pub_ids.to(device),
-                       public_mask=None if pub_mask is None else pub_mask.to(device))
+                       public_mask=None if pub_mask is None else pub_mask.to(device),
+                       checkpoint=None if checkpoint is None else checkpoint.with_identity(
+                           run=run.name, unit=run.unit, method=params.train.method, params=params_digest(params),
+                           streams=f"{streams.key}|seed={streams.seed}"))
     from empriv.train.sampling import poisson_batches
 
     # the sampler stream feeds nothing but the Poisson batches inside dpflat_train: replaying it gives their sizes
     sizes = [int(b.numel()) for b in poisson_batches(ids.shape[0], privacy["sample_rate"], run.steps,
                                                      streams.generator("sampler"))]
     result = TrainResult(losses=list(res.losses), batch_sizes=sizes, empty_batches=res.empty_batches,
-                         wall_time_s=time.time() - t0, precision=params.runtime.precision)
+                         wall_time_s=time.time() - t0, precision=params.runtime.precision,
+                         resumed_from_step=res.resumed_from_step)
     for step, (loss, size) in enumerate(zip(res.losses, sizes)):
         on_step(step, loss, size)
     record = res.record()
