@@ -377,6 +377,28 @@ def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cach
 
 
 @pytest.mark.slow
+def test_a_sweep_removes_the_lock_entries_of_items_the_cube_dropped(project):
+    """DVC keeps a dropped matrix item's dvc.lock entry for ever (and rewrites the whole file after every stage):
+    the sweep removes it, and DVC is still clean."""
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    assert _sweep(project, "--engine", "local").returncode == 0
+    import yaml
+
+    def entries() -> set[str]:
+        return set(yaml.safe_load((project / "dvc.lock").read_text())["stages"])
+
+    assert entries() == {"up", "train@1", "train@2", "total", "score@1", "score@2"}
+    _write_params(project, {**PARAMS, "cube": {"x": [1]}})
+    run = _sweep(project, "--engine", "local")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "dvc.lock: removed 2 entries of stages dvc.yaml no longer has (score@2, train@2)" in run.stdout.splitlines()
+    assert entries() == {"up", "train@1", "total", "score@1"}
+    _assert_clean_and_no_op(project)
+    again = _sweep(project, "--engine", "local")
+    assert again.returncode == 0 and "dvc.lock: removed" not in again.stdout
+
+
+@pytest.mark.slow
 def test_local_sweep_failure_names_its_log_and_commits_the_rest(project):
     pytest.importorskip("submitit", reason="submitit is not installed in this environment")
     run = _sweep(project, "--engine", "local", env=_env(RETRY_MODE="2=fail"))

@@ -590,6 +590,7 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
             echo(f"after upstream: {len(plan.to_run)} to run, {len(plan.up_to_date)} up to date")
     if not plan.to_run:
         echo("nothing to run: every item is up to date")
+        _prune_lock(root, echo)
         return result
 
     folder = Path(sweep.folder)
@@ -601,7 +602,50 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
     echo(f"job folder: {_rel(folder, root)}")
     _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, echo)
     _collect(plan, result, root, echo)
+    _prune_lock(root, echo)
     return result
+
+
+def stale_lock_entries(root: Path) -> list[str]:
+    """Entries of ``root/dvc.lock`` whose stage no longer exists in ``root/dvc.yaml`` (a matrix item of a value
+    dropped from the cube, a renamed stage). DVC never removes them, and it re-reads and rewrites the whole lock
+    file after every stage, so they slow down every later run (the default lock had grown to twice its size)."""
+    import yaml
+    from dvc.repo import Repo
+
+    lock = root / "dvc.lock"
+    if not lock.exists():
+        return []
+    with open(lock, encoding="utf-8") as fh:
+        entries = (yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get("stages") or {}
+    repo = Repo(str(root))
+    try:
+        with contextlib.chdir(root):
+            here = str(root / "dvc.yaml")
+            known = {s.name for s in repo.index.stages if str(Path(s.dvcfile.path).resolve()) == here}
+    finally:
+        repo.close()
+    return sorted(name for name in entries if name not in known)
+
+
+def _prune_lock(root: Path, echo: Callable[[str], None]) -> list[str]:
+    """Remove :func:`stale_lock_entries` from dvc.lock (under DVC's repository lock, formatting kept)."""
+    from dvc.repo import Repo, lock_repo
+    from dvc.utils.serialize import modify_yaml
+
+    stale = stale_lock_entries(root)
+    if stale:
+        repo = Repo(str(root))
+        try:
+            with contextlib.chdir(root), lock_repo(repo), modify_yaml(root / "dvc.lock") as data:
+                for name in stale:
+                    data["stages"].pop(name, None)
+        finally:
+            repo.close()
+        shown = ", ".join(stale[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
+        echo(f"dvc.lock: removed {len(stale)} entr{'y' if len(stale) == 1 else 'ies'} of stages dvc.yaml no longer "
+             f"has ({shown})")
+    return stale
 
 
 class _Restorer:
@@ -756,7 +800,11 @@ def _collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], 
         with contextlib.chdir(root):
             with lock_repo(repo):
                 _commit_items(repo, finished)
-            result.status = repo.status(targets=finished, with_deps=True)
+            # the whole pipeline's status once, read back from disk, kept for the committed items (each stage is
+            # checked once; per target with its deps, the upstream stages they share were checked once per item)
+            repo = _reopened(repo, root)
+            done = set(finished)
+            result.status = {k: v for k, v in repo.status().items() if k in done}
     finally:
         repo.close()
     if result.status:
@@ -767,18 +815,26 @@ def _collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], 
         echo(f"stages below the sweep are now stale: {', '.join(plan.downstream)} (run `dvc repro` to update them)")
 
 
+def _reopened(repo: Any, root: Path) -> Any:
+    """A fresh repository object (the committed lock entries read back from disk, as a new `dvc status` would)."""
+    from dvc.repo import Repo
+
+    repo.close()
+    return Repo(str(root))
+
+
 def _commit_items(repo: Any, addresses: list[str]) -> None:
     """What ``dvc commit -f <address>`` does for each item (hash deps and outputs, store the outputs in the cache and
     the run-cache), but each dvc.yaml's lock entries written in one go: DVC re-reads and rewrites the whole lock file
     per dump, so committing items one by one costs time quadratic in their number (``Repo.commit`` takes a single
     target)."""
+    stages_by_address = {s.addressing: s for s in repo.index.stages}  # one index (collect_granular re-reads dvc.yaml)
     by_file: dict[str, tuple[Any, list[Any]]] = {}
     for address in addresses:
-        for info in repo.stage.collect_granular(address):
-            stage = info.stage
-            stage.save(allow_missing=False)
-            stage.commit(filter_info=info.filter_info, allow_missing=False, relink=True)
-            by_file.setdefault(stage.dvcfile.path, (stage.dvcfile, []))[1].append(stage)
+        stage = stages_by_address[address]
+        stage.save(allow_missing=False)
+        stage.commit(allow_missing=False, relink=True)
+        by_file.setdefault(stage.dvcfile.path, (stage.dvcfile, []))[1].append(stage)
     for dvcfile, stages in by_file.values():
         dvcfile.dump_stages(stages, update_pipeline=False)
 
