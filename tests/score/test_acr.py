@@ -236,3 +236,25 @@ def test_acr_of_secrets_records_a_failure_as_censored(tok):
     rec = out["s"]
     assert rec["acr_success"] is False and rec["acr"] is None and rec["acr_prompt_tokens"] is None
     assert rec["acr_longest_tried"] == 15 and rec["acr_upper_bound"] == pytest.approx(len(tok.encode(SHORT)) / 16)
+
+
+def test_the_target_loss_is_each_rows_mean_cross_entropy():
+    """The objective's per-row loss against a literal loop of log-softmax picks (float64), for prompts of two
+    lengths; and the greedy-match flag against the argmax by hand."""
+    import torch.nn.functional as F
+
+    from empriv.score.acr import _Objective
+
+    model = tiny_gpt2().eval()
+    target = [5, 17, 42, 7]
+    objective = _Objective(model, target, PassCount())
+    for length in (1, 6):
+        prompts = torch.randint(0, 299, (5, length), generator=torch.Generator().manual_seed(length))
+        loss, match = objective.evaluate(prompts)
+        with torch.no_grad():
+            logits = model(torch.cat([prompts, torch.tensor(target).expand(5, -1)], 1)).logits.double()
+        rows = logits[:, length - 1 : length - 1 + len(target)]
+        expected = torch.stack([-sum(F.log_softmax(rows[b, j], -1)[t] for j, t in enumerate(target)) / len(target)
+                                for b in range(5)])
+        assert torch.allclose(loss.double(), expected, atol=1e-5, rtol=0)
+        assert torch.equal(match, (rows.argmax(-1) == torch.tensor(target)).all(1))

@@ -183,9 +183,12 @@ class _Objective:
                              f"{self.limit} positions: lower score.acr.max_length or score longer-window models")
 
     def _losses(self, logits: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy of the target per row ([B, n, V] → [B])."""
-        return F.cross_entropy(logits.transpose(1, 2).float(), self.target.expand(logits.shape[0], -1),
-                               reduction="none").mean(1)
+        """Mean cross-entropy of the target per row ([B, n, V] → [B]). Over [B·n, V] rows: the same values as
+        the class-dimension-1 form on [B, V, n] up to float rounding (~1e-6), ~7× faster on the CPU (contiguous
+        rows; the transposed layout made this the largest single cost of a tiny model's ACR search)."""
+        B, n, V = logits.shape
+        return F.cross_entropy(logits.reshape(B * n, V).float(), self.target.repeat(B),
+                               reduction="none").view(B, n).mean(1)
 
     @torch.no_grad()
     def evaluate(self, prompts: torch.Tensor, batch: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
