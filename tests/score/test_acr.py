@@ -240,7 +240,8 @@ def test_acr_of_secrets_records_a_failure_as_censored(tok):
 
 def test_the_target_loss_is_each_rows_mean_cross_entropy():
     """The objective's per-row loss against a literal loop of log-softmax picks (float64), for prompts of two
-    lengths; and the greedy-match flag against the argmax by hand."""
+    lengths (the logits of the target positions only, asked of transformers by position, against a full forward
+    pass); and the greedy-match flag against the argmax by hand; the gradient call gives the same losses."""
     import torch.nn.functional as F
 
     from empriv.score.acr import _Objective
@@ -258,3 +259,6 @@ def test_the_target_loss_is_each_rows_mean_cross_entropy():
                                 for b in range(5)])
         assert torch.allclose(loss.double(), expected, atol=1e-5, rtol=0)
         assert torch.equal(match, (rows.argmax(-1) == torch.tensor(target)).all(1))
+        _, grad_loss, grad_match = objective.gradients(prompts)  # the gradient call reads the same positions
+        assert torch.allclose(grad_loss.double(), expected, atol=1e-5, rtol=0)
+        assert torch.equal(grad_match, match)

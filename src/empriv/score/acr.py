@@ -169,13 +169,16 @@ class _Objective:
         limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
         self.limit = limit
         # Only the n positions that predict the target need the output layer (its vocabulary-sized matmul is
-        # most of a small model's cost): ask transformers for the last n + 1 positions' logits only.
-        self.keep = {"logits_to_keep": self.n + 1} if _accepts_logits_to_keep(model) else {}
+        # most of a small model's cost): transformers is given those positions, so the logits come back as a
+        # contiguous [B, n, V] (a slice of n + 1 kept positions would be copied again by every reshape after it).
+        self.keep = _accepts_logits_to_keep(model)
 
     def _target_logits(self, L: int, **inputs) -> torch.Tensor:
         """Logits [B, n, V] at the positions L-1 … L+n-2 (each predicts one target token)."""
-        logits = self.model(**inputs, use_cache=False, **self.keep).logits
-        return logits[:, : self.n] if self.keep else logits[:, L - 1 : L - 1 + self.n]
+        if self.keep:
+            positions = torch.arange(L - 1, L - 1 + self.n, device=self.device)
+            return self.model(**inputs, use_cache=False, logits_to_keep=positions).logits
+        return self.model(**inputs, use_cache=False).logits[:, L - 1 : L - 1 + self.n]
 
     def check_length(self, prompt_len: int) -> None:
         if self.limit is not None and prompt_len + self.n > self.limit:
