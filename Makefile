@@ -33,13 +33,13 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 
 # validate first: DVC deletes a stage's outputs before the stage's own checks run, so a bad params.yaml
 # (or dvc.yaml cube matrix) must stop here, one line per problem, with every output untouched
-# The matrix items (train@, score@, audit@: most of the work) run as `empriv sweep` local jobs, sweep.jobs at a time
-# (params: 2 jobs x runtime.threads 1 on two cores), committed to dvc.lock in one go; `dvc repro` then runs the rest
-# (analyze, profiles, ...) and finds the swept items up to date. `dvc repro` alone gives the same outputs, one
-# stage at a time (docs/timing.md).
+# Every stage runs as an `empriv sweep --all` local job, in dependency order, sweep.jobs at a time (params: 2 jobs
+# x runtime.threads 1 on two cores), committed to dvc.lock in one go; `dvc repro` then checks that nothing is
+# left to do. `dvc repro` alone gives the same outputs, one stage at a time, rewriting dvc.lock after each
+# (docs/timing.md).
 repro: $(STAMP)
 	$(BIN)/empriv validate
-	$(BIN)/empriv sweep --engine local
+	$(BIN)/empriv sweep --engine local --all
 	$(BIN)/dvc repro
 	@$(BIN)/python -m empriv.warm --stop  # the warm worker of the model stages (docs/timing.md); it would idle 300 s
 	@$(BIN)/empriv summary

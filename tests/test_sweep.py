@@ -328,6 +328,28 @@ def test_dry_run_prints_the_plan_and_runs_nothing(project):
     assert not (project / "up.txt").exists() and not (project / "dvc.lock").exists()
 
 
+def test_all_plans_every_stage_as_a_job(project):
+    """--all: the single stages (up, total) are members like the matrix items: no upstream repro, nothing below."""
+    run = _sweep(project, "--engine", "local", "--all", "--dry-run")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "sweep: engine local, stages up, train, total, score: 6 items, 6 to run, 0 up to date"
+    assert not any(line.startswith("upstream") for line in lines)
+    assert next(line for line in lines if line.startswith("would run")).startswith(f"would run up: {PY} -c")
+    assert f"would run train@1 after up: {PY} train.py 1" in lines
+    plan = make_plan(project, [], everything=True)
+    assert [i.address for i in plan.items] == ["up", "train@1", "train@2", "total", "score@1", "score@2"]
+    assert plan.upstream == [] and plan.downstream == [] and not (project / "dvc.lock").exists()
+
+
+def test_all_excludes_stages_and_items(project, capsys):
+    from empriv.cli import main
+
+    assert main(["sweep", "--root", str(project), "--all", "--stages", "train"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --all: every stage of dvc.yaml is swept; --stages and --items "
+                                               "select some (got --all with --stages; allowed: one or the other)")
+
+
 # ----------------------------------------------------------------------------------------------- slow: local engine
 @pytest.mark.slow
 def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cache(project):
@@ -373,6 +395,46 @@ def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cach
     assert sorted(re.findall(r"^restored (\S+) from DVC's run-cache", back.stdout, re.M)) == \
         ["score@1", "score@2", "total", "train@1", "train@2"]
     assert _outputs(project) == OUT_1
+    _assert_clean_and_no_op(project)
+
+
+@pytest.mark.slow
+def test_local_sweep_of_every_stage_commits_them_all_in_one_lock(project):
+    """`empriv sweep --all` (what `make repro` runs): the single stages run as jobs in dependency order beside the
+    items, one commit for all of them, and `dvc repro` afterwards has nothing to do; a changed param re-runs the
+    stage that reads it and everything below, and nothing else."""
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    run = _sweep(project, "--engine", "local", "--all")
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
+    assert "Running stage" not in out and "upstream" not in out  # no dvc repro inside
+    assert out.index("done up ") < min(out.index("submitted train@1"), out.index("submitted train@2"))
+    assert "committed 6 item(s) to dvc.lock and the DVC cache; dvc status of them: clean" in out
+    assert "stages below the sweep" not in out
+    assert _outputs(project) == OUT_1 and (project / "up.txt").read_text() == "1"
+    _assert_clean_and_no_op(project)
+
+    _write_params(project, {**PARAMS, "base": {"offset": 5}})
+    changed = _sweep(project, "--engine", "local", "--all")
+    assert changed.returncode == 0, changed.stdout + changed.stderr
+    assert len(re.findall("^submitted", changed.stdout, re.M)) == 6
+    assert _outputs(project)["score-2.txt"] == "83"
+    _assert_clean_and_no_op(project)
+
+    # `up` reads the whole base section now; a key it does not use makes it re-run with the same output: as
+    # `dvc repro` decides at each stage's turn, nothing below it runs (the code stage's fingerprints work so)
+    (project / "dvc.yaml").write_text(DVC_YAML.replace("      - base.offset\n", "      - base\n"))
+    assert _dvc(project, "commit", "-f", "up").returncode == 0
+    _write_params(project, {**PARAMS, "base": {"offset": 5, "unused": 1}})
+    same = _sweep(project, "--engine", "local", "--all")
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert same.stdout.splitlines()[0] == \
+        "sweep: engine local, stages up, train, total, score: 6 items, 6 to run, 0 up to date"
+    assert re.findall(r"^submitted (\S+):", same.stdout, re.M) == ["up"]
+    assert re.findall(r"^up to date at its turn: (\S+) ", same.stdout, re.M) == \
+        ["train@1", "train@2", "total", "score@1", "score@2"]
+    assert same.stdout.strip().splitlines()[-1] == "sweep: 1 done, 0 failed, 0 blocked, 5 up to date (skipped)"
+    assert _outputs(project)["score-2.txt"] == "83"
     _assert_clean_and_no_op(project)
 
 

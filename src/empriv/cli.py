@@ -108,7 +108,7 @@ def _sweep(args) -> int:
         return None if values is None else [v for value in values for v in value.split(",") if v]
 
     result = run_sweep(args.root, engine=args.engine, stages=split(args.stages), items=split(args.items),
-                       jobs=args.jobs, params=args.params, dry_run=args.dry_run,
+                       jobs=args.jobs, params=args.params, dry_run=args.dry_run, everything=args.all,
                        echo=lambda line: print(line, flush=True))
     if args.dry_run:
         return 0
@@ -174,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="matrix stages whose items become jobs (default: params sweep.stages)")
     sw.add_argument("--items", action="append", default=None, metavar="GLOB[,GLOB]",
                     help="only items whose name (train@KEY) or KEY matches a glob; the rest count as upstream")
+    sw.add_argument("--all", action="store_true", help="every stage of dvc.yaml as a job, single stages too (no "
+                    "upstream `dvc repro`, nothing left stale below): the whole pipeline in one sweep (`make repro`)")
     sw.add_argument("--jobs", type=int, default=None, help="local engine: items at once (default: sweep.jobs)")
     sw.add_argument("--params", default=None, help="params file holding the sweep section (default: ROOT/params.yaml)")
     sw.add_argument("--root", default=".", help="project root holding dvc.yaml (default: the current directory)")

@@ -128,6 +128,7 @@ class Item:
     wdir: str  # absolute working directory of the command
     needs: list[str] = field(default_factory=list)  # items of the sweep it depends on (run first)
     stale: bool = False
+    changed: bool = False  # DVC says the stage itself changed (stale without: only because something it needs is)
     between: bool = False  # not a selected item: a stage between selected items (runs as a job of its own)
 
 
@@ -210,29 +211,37 @@ def _shell_argv(command: str) -> list[str]:
 
 
 def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = None, *,
-              stages_key: str = "sweep.stages") -> Plan:
+              stages_key: str = "sweep.stages", everything: bool = False) -> Plan:
     """Resolve the sweep's items, their order and which ones are stale (DVC's own ``Stage.changed``, propagated
     from stale ancestors: an item below a stale stage will run once that stage has run). Reads, never writes
-    (but for DVC's hash cache in .dvc/tmp)."""
+    (but for DVC's hash cache in .dvc/tmp).
+
+    ``everything``: every stage of the project's dvc.yaml is a member — the matrix items and the single stages
+    (``prepare``, ``base``, ``analyze``, …) alike — so there is no upstream ``dvc repro`` and nothing downstream
+    is left stale (``stages`` and ``patterns`` are then ignored)."""
     from dvc.repo import Repo, lock_repo
 
     root = Path(root).resolve()
     all_stages, matrix = _matrix_stages(root)
-    chosen = _select_stages(stages, all_stages, matrix, stages_key)
+    chosen = list(all_stages) if everything else _select_stages(stages, all_stages, matrix, stages_key)
     repo = Repo(str(root))
     try:
         with contextlib.chdir(root), lock_repo(repo):  # DVC names stages relative to the working directory
             index = repo.index
             graph = index.graph  # edges go from a stage to the stages it depends on
             by_group = {name: [] for name in chosen}
+            here = str(root / "dvc.yaml")
             for stage in index.stages:
                 group, _, key = stage.addressing.partition("@")
-                if key and group in by_group:
+                if group in by_group and (str(Path(stage.dvcfile.path).resolve()) == here if everything else key):
                     by_group[group].append(stage)
+            if everything:  # a stage whose matrix is empty has no member and is simply not part of the run
+                chosen = [name for name in chosen if by_group[name]]
+                patterns = None
             # a stage whose matrix is empty (the default adaptation audit, an emptied audit cube) is skipped when
             # another selected stage has items; alone, it is an error
             empty = [name for name in chosen if not by_group[name]]
-            if len(empty) == len(chosen):
+            if chosen and len(empty) == len(chosen):
                 raise SweepError(f"{stages_key}: matrix stage {empty[0]!r} has no items (its matrix/foreach list is "
                                  f"empty) (got {empty[0]!r}; allowed: a matrix stage with items)")
             chosen = [name for name in chosen if by_group[name]]
@@ -272,8 +281,10 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
             relevant = members | below
             rel = graph.subgraph(relevant)
             stale: dict = {}
+            changed: dict = {}
             for s in reversed(list(nx.topological_sort(rel))):
-                stale[s] = bool(s.changed()) or any(stale[d] for d in rel.successors(s))
+                changed[s] = bool(s.changed())
+                stale[s] = changed[s] or any(stale[d] for d in rel.successors(s))
             stale_upstream = sorted(s.addressing for s in relevant - members if stale[s])
             downstream = set()
             for s in members:
@@ -283,7 +294,7 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
                 group, _, key = s.addressing.partition("@")
                 cmd = s.cmd if isinstance(s.cmd, list) else [s.cmd]
                 items.append(Item(address=s.addressing, stage=group, key=key, commands=list(cmd), wdir=str(s.wdir),
-                                  needs=[d.addressing for d in sub.successors(s)], stale=stale[s],
+                                  needs=[d.addressing for d in sub.successors(s)], stale=stale[s], changed=changed[s],
                                   between=s in between))
             return Plan(root=root, stages=chosen, items=items, upstream=[u.addressing for u in upstream],
                         stale_upstream=stale_upstream, downstream=sorted(d.addressing for d in downstream),
@@ -489,6 +500,8 @@ class SweepResult:
     plan: Plan
     done: list[str] = field(default_factory=list)
     restored: list[str] = field(default_factory=list)  # checked out from DVC's run-cache, no job
+    # stale at planning only through a stage they need, which then re-ran with the same outputs: nothing to do
+    unchanged: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # address -> reason with log path
     blocked: list[str] = field(default_factory=list)  # not run: an item they need failed
     retries: dict[str, int] = field(default_factory=dict)  # address -> re-runs (requeues + re-submissions)
@@ -519,9 +532,17 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list[str] | None = None,
               items: list[str] | None = None, jobs: int | None = None, params: str | Path | None = None,
-              dry_run: bool = False, poll_s: float | None = None, echo: Callable[[str], None] = print) -> SweepResult:
-    """Run a sweep (see the module docstring) and return what happened; progress goes to ``echo``."""
+              dry_run: bool = False, poll_s: float | None = None, everything: bool = False,
+              echo: Callable[[str], None] = print) -> SweepResult:
+    """Run a sweep (see the module docstring) and return what happened; progress goes to ``echo``.
+
+    ``everything`` (``--all``): every stage of dvc.yaml runs as a job of the sweep, single stages included (in
+    dependency order, two independent ones at once where ``jobs`` allows), and all of them are committed together:
+    what ``dvc repro`` does for the whole pipeline, without DVC's rewrite of dvc.lock after each stage."""
     root = Path(root).resolve()
+    if everything and (stages is not None or items):
+        raise SweepError(f"--all: every stage of dvc.yaml is swept; --stages and --items select some (got --all with "
+                         f"{'--stages' if stages is not None else '--items'}; allowed: one or the other)")
     sweep = load_sweep_params(Path(params) if params else root / "params.yaml")
     engine = engine or sweep.engine
     if engine not in ENGINES:
@@ -529,9 +550,9 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
     if jobs is not None and jobs < 1:
         raise SweepError(f"--jobs: must be >= 1 (got {jobs}; allowed: an integer >= 1)")
     jobs = jobs or sweep.jobs
-    stage_names = stages if stages is not None else list(sweep.stages)
-    stages_key = "--stages" if stages is not None else "sweep.stages"
     all_names, matrix = _matrix_stages(root)
+    stage_names = list(all_names) if everything else stages if stages is not None else list(sweep.stages)
+    stages_key = "--stages" if stages is not None else "sweep.stages"
     for name in sweep.resources:
         if name not in all_names:
             raise SweepError(f"sweep.resources.{name}: not a stage of dvc.yaml{_did_you_mean(name, all_names)} "
@@ -542,7 +563,7 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
             check_slurm({merged_resources(sweep, s).partition for s in [*stage_names, *sweep.resources]
                          if s in all_names})
 
-    plan = make_plan(root, stage_names, items, stages_key=stages_key)
+    plan = make_plan(root, stage_names, items, stages_key=stages_key, everything=everything)
     result = SweepResult(plan=plan)
     between = [i.address for i in plan.items if i.between]
     echo(f"sweep: engine {engine}, stages {', '.join(plan.stages)}"
@@ -660,16 +681,31 @@ class _Restorer:
         self._repo = None
         self._stages: dict = {}
 
+    def _stage(self, address: str) -> Any:
+        from dvc.repo import Repo
+
+        if self._repo is None:
+            self._repo = Repo(str(self.root))
+            self._stages = {s.addressing: s for s in self._repo.index.stages}
+        return self._stages[address]
+
+    def unchanged(self, address: str) -> bool:
+        """DVC's ``Stage.changed`` now, against the stage's dvc.lock entry: False when a dependency or an output
+        differs (the sweep commits at the end, so the lock still holds what the stage last ran with)."""
+        from dvc.repo import lock_repo
+
+        with contextlib.chdir(self.root):
+            stage = self._stage(address)
+            with lock_repo(self._repo):
+                return not stage.changed()
+
     def __call__(self, address: str) -> bool:
         """Outputs removed; True when the run-cache had them."""
-        from dvc.repo import Repo, lock_repo
+        from dvc.repo import lock_repo
         from dvc.stage.cache import RunCacheNotFoundError
 
         with contextlib.chdir(self.root):
-            if self._repo is None:
-                self._repo = Repo(str(self.root))
-                self._stages = {s.addressing: s for s in self._repo.index.stages}
-            stage = self._stages[address]
+            stage = self._stage(address)
             with lock_repo(self._repo):
                 stage.remove_outs(ignore_remove=False, force=False)
                 try:
@@ -699,7 +735,7 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
         states = [runner.state(r.job) for r in running.values()]
         n_run = sum(s not in WAITING_STATES for s in states)  # running, or ended and about to be collected
         return (f"progress: {len(running) - n_run} submitted, {n_run} running, "
-                f"{len(result.done) + len(result.restored)} done, {len(result.failed)} failed, "
+                f"{len(result.done) + len(result.restored) + len(result.unchanged)} done, {len(result.failed)} failed, "
                 f"{len(todo)} waiting (of {len(stale)})")
 
     restore = _Restorer(root)
@@ -757,6 +793,12 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
                 todo.remove(item)
                 if item.address not in submitted_once:
                     submitted_once.add(item.address)
+                    if not item.changed and restore.unchanged(item.address):
+                        # as `dvc repro` decides at each stage's turn: what it needs re-ran and gave the same outputs
+                        result.unchanged.append(item.address)
+                        finished.add(item.address)
+                        echo(f"up to date at its turn: {item.address} (what it needs re-ran with the same outputs)")
+                        continue
                     if restore(item.address):
                         result.restored.append(item.address)
                         finished.add(item.address)
@@ -848,5 +890,5 @@ def summary_line(result: SweepResult) -> str:
     if result.restored:
         parts.append(f"{len(result.restored)} restored from the run-cache")
     parts += [f"{len(result.failed)} failed", f"{len(result.blocked)} blocked",
-              f"{len(result.plan.up_to_date)} up to date (skipped)"]
+              f"{len(result.plan.up_to_date) + len(result.unchanged)} up to date (skipped)"]
     return "sweep: " + ", ".join(parts)
