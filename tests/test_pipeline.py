@@ -24,7 +24,8 @@ TINY = {
     "data": {"n_train": 400, "n_validation": 20, "n_test": 40, "n_public": 400, "seed": 3,
              "secret_frequencies": [0.05, 0.02, 0.01]},
     "tokenizer": {"kind": "bpe", "vocab_size": 512},
-    "base": {"n_layer": 1, "n_embd": 32, "n_head": 2, "seq_len": 64, "pretrain_steps": 20, "pretrain_batch_size": 16},
+    "base": {"n_layer": 1, "n_embd": 32, "n_head": 2, "seq_len": 64, "pretrain_steps": 20, "pretrain_batch_size": 16,
+             "threads": 2},  # the base stage alone at 2 threads (the other stages: runtime.threads 1)
     "train": {"micro_batch_size": 16},
     "cube": {"epsilon": [8, "inf"], "batch_size": [32], "steps": [3], "learning_rate": [0.01], "seed": [0, 1]},
     "score": {"vmr_samples": 3, "n_controls": 4,
@@ -150,6 +151,7 @@ def test_prepare_and_secrets_metrics(repo):
     assert all("text" not in s and "prompt" not in s for s in public["secrets"])
     base = json.loads((work / "records/base.json").read_text())
     assert 1.0 < base["test_perplexity"] < 512  # better than uniform over the 512-token vocabulary
+    assert base["threads"] == 2  # base.threads, not runtime.threads (1)
 
 
 def test_train_metrics_record_the_guarantee(repo):

@@ -269,6 +269,9 @@ class BaseParams(_Section):
     pretrain_batch_size: int = Field(32, ge=1)
     pretrain_learning_rate: float = Field(3e-3, gt=0)
     seed: int = 0
+    # torch threads of the base stage (null: runtime.threads): pre-training runs alone, before any other model stage,
+    # so it can take every core while the sweep's parallel jobs take runtime.threads each
+    threads: int | None = Field(None, ge=1)
 
     @field_validator("name")
     @classmethod

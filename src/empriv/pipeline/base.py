@@ -21,10 +21,8 @@ def main(params: Params, out_dir=paths.BASE_DIR, metrics_path=paths.BASE_METRICS
     from empriv.models.lm import encode_fixed, mean_token_nll
     from empriv.models.registry import is_pretrained, resolve_device
     from empriv.models.tokenizer import copy_hf_tokenizer
-    from empriv.stage import set_threads
-
-    set_threads(params)
     b = params.base
+    torch.set_num_threads(b.threads or params.runtime.threads)  # it runs alone: base.threads may take every core
     tok = load_tokenizer()
     device = resolve_device(params.runtime.device)
     t0 = time.time()
