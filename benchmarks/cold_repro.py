@@ -40,7 +40,9 @@ def cold_run(commit: str, where: Path) -> Path:
     subprocess.run(["git", "clone", "-q", str(ROOT), str(where)], check=True)
     subprocess.run(["git", "checkout", "-q", commit], cwd=where, check=True)
     log = where.with_suffix(".log")
-    env = {**os.environ, "EMPRIV_TIMING_LOG": str(where / ".timing.jsonl")}
+    # an empty uv cache of its own: the bootstrap downloads and unpacks as on a new machine (uv, from 622eb00,
+    # would otherwise hard-link from the cache an earlier run filled)
+    env = {**os.environ, "EMPRIV_TIMING_LOG": str(where / ".timing.jsonl"), "UV_CACHE_DIR": f"{where}.uv-cache"}
     env.pop("VIRTUAL_ENV", None)
     print(f"cold make repro of {commit} in {where} (log {log}) ...", flush=True)
     start = time.time()
