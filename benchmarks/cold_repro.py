@@ -77,9 +77,12 @@ def summarise(where: Path, log: Path | None = None) -> dict:
     out["stage_work"] = {k: {"n": v["n"], "wall_s": round(v["wall_s"], 1)} for k, v in
                          sorted(kinds.items(), key=lambda kv: -kv[1]["wall_s"])}
     out["stage_work_s"] = round(sum(v["wall_s"] for v in kinds.values()), 1)
-    jobs = [float(s) for s in re.findall(r"^done \S+ \(job \d+, ([\d.]+) s", text, re.M)]
+    done = re.findall(r"^done (\S+) \(job \d+, ([\d.]+) s", text, re.M)
+    jobs = [float(s) for _, s in done]
     if jobs:
-        matrix = sum(v["wall_s"] for k, v in kinds.items() if k in ("train", "score", "audit", "filter"))
+        # the stage work of the stages that ran as jobs (the matrix items and filter, or every stage with --all)
+        swept = {address.split("@")[0] for address, _ in done}
+        matrix = sum(v["wall_s"] for k, v in kinds.items() if k in swept)
         out["sweep_jobs"] = {"n": len(jobs), "command_s": round(sum(jobs), 1), "stage_work_s": round(matrix, 1),
                              "outside_the_stage_s": round(sum(jobs) - matrix, 1)}
     out["dvc_lock_bytes"] = (where / "dvc.lock").stat().st_size if (where / "dvc.lock").exists() else None
