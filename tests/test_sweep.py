@@ -342,6 +342,31 @@ def test_all_plans_every_stage_as_a_job(project):
     assert plan.upstream == [] and plan.downstream == [] and not (project / "dvc.lock").exists()
 
 
+def test_launch_order_puts_long_chains_first_then_the_slowest_stage():
+    """Free slots go to the item with the longest chain of items still below it; among equals, to the stage whose
+    jobs took longest so far (a stage not yet timed first); ties keep the plan's order."""
+    from empriv.sweep import Item, _depths, launch_order
+
+    def item(address: str, needs: list[str]) -> Item:
+        return Item(address=address, stage=address.partition("@")[0], key="", commands=["true"], wdir=".",
+                    needs=needs)
+
+    items = [item("train@1", []), item("train@2", []), item("filter", ["train@1", "train@2"]),
+             item("score@1", ["train@1", "filter"]), item("score@2", ["train@2", "filter"]),
+             item("audit@1", []), item("analyze", ["score@1", "score@2", "audit@1"])]
+    depth = _depths(items)
+    assert depth == {"train@1": 4, "train@2": 4, "filter": 3, "score@1": 2, "score@2": 2, "audit@1": 2, "analyze": 1}
+
+    def order(seconds: dict) -> list[str]:
+        return [i.address for i in launch_order(items, depth, seconds)]
+
+    assert order({}) == ["train@1", "train@2", "filter", "score@1", "score@2", "audit@1", "analyze"]
+    assert order({"score": [2.0, 4.0]}) == ["train@1", "train@2", "filter", "audit@1", "score@1", "score@2", "analyze"]
+    assert order({"score": [9.0], "audit": [8.0]}) == ["train@1", "train@2", "filter", "score@1", "score@2", "audit@1",
+                                                      "analyze"]
+    assert order({"score": [1.0], "audit": [20.0]})[3:6] == ["audit@1", "score@1", "score@2"]
+
+
 def test_all_excludes_stages_and_items(project, capsys):
     from empriv.cli import main
 

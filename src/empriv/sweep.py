@@ -373,8 +373,10 @@ class StageJob(_Checkpointable):
             try:
                 # poll rather than wait(): Popen.wait() holds a lock that checkpoint(), run from submitit's signal
                 # handler in this same thread, would need
+                wait = 0.01  # short at first (most stage commands of the default take seconds), then up to 0.2 s
                 while (returncode := self._proc.poll()) is None:
-                    time.sleep(0.2)
+                    time.sleep(wait)
+                    wait = min(0.2, wait * 1.5)
             finally:  # cancelled (SIGINT), requeued or failing: the command's process group goes with the job
                 self._terminate(grace_s=5)
                 self._proc = None
@@ -720,6 +722,33 @@ class _Restorer:
             self._repo = None
 
 
+def _depths(items: list[Item]) -> dict[str, int]:
+    """Per item, the number of items on the longest chain from it to the end of the sweep (itself included): what
+    must still run, one after another, once it has run."""
+    below: dict[str, list[str]] = {i.address: [] for i in items}
+    for i in items:
+        for n in i.needs:
+            if n in below:
+                below[n].append(i.address)
+    depth: dict[str, int] = {}
+    for i in reversed(items):  # items are in dependency order: what depends on an item comes after it
+        depth[i.address] = 1 + max((depth[a] for a in below[i.address] if a in depth), default=0)
+    return depth
+
+
+def launch_order(ready: list[Item], depth: dict[str, int], seconds: dict[str, list[float]]) -> list[Item]:
+    """The order in which ready items take free job slots: the longest chain still below an item first (the
+    ``train@`` items before the ``audit@`` items, which only ``analyze`` waits for), then, among equals, the stage
+    whose jobs have taken longest so far — a stage not yet timed first, to learn it — so the long ``audit@`` jobs
+    fill slots beside the short ``score@`` ones rather than all coming at the end; ties keep dvc.yaml's order."""
+    def mean(stage: str) -> float:
+        done = seconds.get(stage)
+        return sum(done) / len(done) if done else float("inf")
+
+    position = {i.address: k for k, i in enumerate(ready)}
+    return sorted(ready, key=lambda i: (-depth.get(i.address, 1), -mean(i.stage), position[i.address]))
+
+
 def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, folder: Path, sweep: SweepParams,
               jobs: int, poll_s: float, echo: Callable[[str], None]) -> None:
     todo = [i for i in plan.to_run]
@@ -730,6 +759,8 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
     last_counts = None
     last_refresh = time.monotonic()
     max_attempts = sweep.max_retries + 1
+    depth = _depths(plan.items)
+    seconds: dict[str, list[float]] = {}  # command seconds of the finished jobs, per stage (launch_order)
 
     def counts() -> str:
         states = [runner.state(r.job) for r in running.values()]
@@ -762,6 +793,7 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
                 log = _rel(r.job.paths.stderr, root)
                 if error is None:
                     out = r.job.result()
+                    seconds.setdefault(r.item.stage, []).append(out["seconds"])
                     result.done.append(address)
                     finished.add(address)
                     retried = f", {result.retries[address]} retr{'y' if result.retries[address] == 1 else 'ies'}" \
@@ -780,7 +812,7 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
                 result.failed[address] = f"{reason}; log {log}"
                 echo(f"failed {address} (job {r.job.job_id}, {len(attempts)} attempt(s)): {reason}; log {log}")
             # launch what is ready
-            for item in list(todo):
+            for item in launch_order(todo, depth, seconds):
                 if any(n in result.failed or n in result.blocked for n in item.needs):
                     todo.remove(item)
                     result.blocked.append(item.address)
