@@ -19,8 +19,10 @@ from empriv.data.synthetic import (
     SECRET_KINDS,
     SENTENCES,
     SUBJECTS,
+    address_list,
     generate_corpus,
     generate_public,
+    make_secrets,
     render_email,
     secret_values,
 )
@@ -210,3 +212,13 @@ def test_secret_sits_within_first_64_bpe_tokens(corpus, public_bpe):
         window = [public_bpe.eos_id, *public_bpe.encode(e.text)][:64]
         assert secret in public_bpe.decode(window[1:]), e.id
     assert 40 < worst <= 64
+
+
+def test_planted_address_lists_name_two_people():
+    """Three names make a ~57-token secret that leaves no room for an ACR prompt in a 64-token window; random (non
+    secret) address lists keep 2-3 names."""
+    secrets = make_secrets(random.Random(0), tuple([0.01] * 40))
+    lists = [s.text for s in secrets if s.kind == "address_list"]
+    assert len(lists) == 8 and all(t.count("@") == 2 for t in lists)
+    rng = random.Random(1)
+    assert {address_list(rng).count("@") for _ in range(200)} == {2, 3}

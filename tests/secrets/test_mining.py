@@ -167,3 +167,32 @@ def test_secret_records_on_the_corpus(corpus, public_bpe):
     assert [r["occurrences"] for r in recs] == [max(1, round(s.frequency * n)) for s in corpus.secrets]
     assert [r["frequency"] for r in recs] == [r["occurrences"] / n for r in recs]
     assert all(r["in_window_fraction"] == 1.0 for r in recs)
+
+
+def test_context_token_ids_are_the_ids_trained_on(public_bpe):
+    """A secret preceded by a space is trained on with that space merged into its first token: the ACR target is
+    that split (the tokens of the record up to the secret's end, after the prefix shared with the tokens before it)."""
+    from empriv.secrets.mining import context_token_ids
+
+    text = "Forwarded by Stacy B Dasovich/CAL/Enron"
+    recs = ["Subject: hi\n---- " + text + " on 01/02/2000"] * 3 + ["Subject: re\n" + text + " later"]
+    ids = context_token_ids(text, recs, public_bpe)
+    alone, spaced = public_bpe.encode(text), public_bpe.encode(" " + text)
+    assert alone != spaced  # the BPE merges the space into "Forwarded"
+    assert ids == spaced  # the majority context (3 of 4 records) has the space
+    assert public_bpe.decode(ids) == " " + text
+    # at a line start the split is the standalone one
+    assert context_token_ids(text, ["Subject: re\n" + text + " later"], public_bpe) == alone
+    assert context_token_ids(text, [], public_bpe) is None
+    rec = secret_records([{"id": "secret-00", "text": text}], recs, public_bpe, seq_len=64)[0]
+    assert rec["context_token_ids"] == spaced and rec["token_length"] == len(alone)
+    assert "context_token_ids" not in __import__("empriv.secrets.build", fromlist=["PUBLIC_FIELDS"]).PUBLIC_FIELDS
+
+
+def test_acr_target_ids_prefer_the_context_split(public_bpe):
+    from empriv.score.acr import acr_target_ids
+
+    text = "Tom Allen <Tom.Allen@ect.enron.com>"
+    assert acr_target_ids({"text": text}, public_bpe) == public_bpe.encode(text)
+    assert acr_target_ids({"text": text, "context_token_ids": [5, 6, 7]}, public_bpe) == [5, 6, 7]
+    assert acr_target_ids({"text": text, "context_token_ids": None}, public_bpe) == public_bpe.encode(text)

@@ -233,6 +233,8 @@ def make_secrets(rng: random.Random, frequencies: tuple[float, ...]) -> list[Pla
         kind = SECRET_KINDS[i % len(SECRET_KINDS)]
         while True:
             text = PII_GENERATORS[kind](rng)
+            if kind == "address_list" and text.count("@") > 2:
+                continue  # a planted list names two people: three (~57 tokens) leave no room in the window for a prompt
             if text not in seen and not any(text in s or s in text for s in seen):
                 break
         seen.add(text)

@@ -20,12 +20,12 @@ log = logging.getLogger("empriv.filter")
 def acr_scorer(params: Params, tokenizer):
     """``acr(model, secret)``: the secret's ACR under ``model`` with the ``score.acr`` settings; a search that
     finds no prompt measured nothing (no ACR value, only a bound) and counts as 0 (see the filtering module)."""
-    from empriv.score.acr import adversarial_compression_ratio, settings_from_params
+    from empriv.score.acr import acr_target_ids, adversarial_compression_ratio, settings_from_params
 
     settings = settings_from_params(params.score.acr)
 
     def acr(model, secret: dict) -> float:
-        res = adversarial_compression_ratio(model, tokenizer.encode(secret["text"]), settings, key=secret["id"], progress=True)
+        res = adversarial_compression_ratio(model, acr_target_ids(secret, tokenizer), settings, key=secret["id"], progress=True)
         return res.acr if res.success else 0.0
 
     return acr

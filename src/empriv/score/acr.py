@@ -478,8 +478,16 @@ def adversarial_compression_ratio(model, target_ids: Sequence[int], settings: AC
                      longest_tried=longest)
 
 
+def acr_target_ids(secret: dict, tokenizer) -> list[int]:
+    """The target of a secret's search: its ids as trained on (``context_token_ids`` of the secrets stage: a BPE
+    tokenizer merges the space before a secret into its first word), else the tokens of its text alone."""
+    ids = secret.get("context_token_ids")
+    return list(ids) if ids else tokenizer.encode(secret["text"])
+
+
 def acr_of_secrets(model, tokenizer, secrets: Sequence[dict], settings: ACRSettings, progress: bool = True) -> dict[str, dict]:
-    """ACR record per secret id (the whole secret text is the target), one model loaded once.
+    """ACR record per secret id (the whole secret, as trained on, is the target: :func:`acr_target_ids`), one model
+    loaded once.
 
     A searched secret's record has ``acr_success``; a failure has ``acr`` None and ``acr_upper_bound``. A secret
     too long for the model's window is not searched: ``{"acr": None, "acr_skipped": …}`` (no ``acr_success``)."""
@@ -489,7 +497,7 @@ def acr_of_secrets(model, tokenizer, secrets: Sequence[dict], settings: ACRSetti
     chosen = progress_of(secrets, desc="ACR search", unit="secrets", logger=log) if progress else secrets
     for s in chosen:
         try:
-            res = adversarial_compression_ratio(model, tokenizer.encode(s["text"]), settings, key=s["id"], progress=progress)
+            res = adversarial_compression_ratio(model, acr_target_ids(s, tokenizer), settings, key=s["id"], progress=progress)
         except ValueError as err:
             if "no ACR search fits" not in str(err):
                 raise

@@ -104,6 +104,7 @@ def secret_records(
             prompt, continuation = split_secret(text, rule, min_continuation_chars)
             split_by = rule
         containing = [t for t in train_texts if text in t]
+        context_ids = context_token_ids(text, containing, tokenizer)
         in_window = sum(1 for t in containing if 1 + len(tokenizer.encode(t[: t.index(text) + len(text)])) <= seq_len)
         records.append(
             {
@@ -119,6 +120,7 @@ def secret_records(
                 "occurrences": len(containing),
                 "frequency": len(containing) / n if n else 0.0,
                 "in_window_fraction": in_window / len(containing) if containing else 0.0,
+                "context_token_ids": context_ids,
             }
         )
     return records
@@ -428,3 +430,29 @@ def mine_secret_candidates(
         )
         for i, (ids, c) in enumerate(rows)
     ]
+
+
+def context_token_ids(text: str, containing: Sequence[str], tokenizer, max_records: int = 50) -> list[int] | None:
+    """The secret's token ids as the tokenizer splits it *inside* its training records (the most common split over
+    the first ``max_records`` records that contain it), or None when no record contains it.
+
+    A BPE tokenizer merges a leading space into the next word: ``Forwarded by X`` preceded by a space in every e-mail
+    is trained on as `` Forwarded by X``, whose ids differ from those of the text alone (on the built-in corpus the
+    standalone ids had 4x the continuation NLL of the in-context ones under a memorising model). The research mines its
+    secrets as token n-grams of the training data, so its ACR targets are in-context ids by construction; this gives
+    planted and mined-then-decoded secrets the same: the tokens of ``record[:end]`` after the longest prefix they share
+    with the tokens of ``record[:start]`` (a token straddling the start, such as the space, is kept)."""
+    from collections import Counter
+
+    counts: Counter = Counter()
+    for t in containing[:max_records]:
+        start = t.index(text)
+        before = tokenizer.encode(t[:start])
+        upto = tokenizer.encode(t[: start + len(text)])
+        k = 0
+        while k < min(len(before), len(upto)) and before[k] == upto[k]:
+            k += 1
+        counts[tuple(upto[k:])] += 1
+    if not counts:
+        return None
+    return list(max(counts.items(), key=lambda kv: (kv[1], -len(kv[0])))[0])
