@@ -65,8 +65,8 @@ def test_a_partial_sweep_without_the_reference_says_so_per_epsilon():
     out = one_at_a_time(_configs(t), "exposure_gap_mean")
     vary_b = out["panels"][0]
     assert list(vary_b["lines"]) == ["8"]
-    assert vary_b["missing"]["2"] == ("1 configuration(s) with T = 32, η = 0.01, 1 with a exposure_gap_mean value "
-                                      "(need two)")
+    assert vary_b["missing"]["2"] == ("1 configuration(s) with T = 32, η = 0.01, 1 with a value of "
+                                      "exposure_gap_mean (need two)")
 
 
 def test_a_score_without_values_and_no_score():

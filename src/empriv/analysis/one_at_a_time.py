@@ -70,8 +70,8 @@ def one_at_a_time(configs, score: str | None, *, kept_groups=None) -> dict:
             has = g.filter(pl.col("__y").is_not_null()).sort(axis)
             if has.height < 2:
                 held = ", ".join(f"{AXIS_SYMBOLS[a]} = {axis_value_text(ref[a])}" for a in others)
-                panel["missing"][label] = (f"{g.height} configuration(s) with {held}, {has.height} with a {score} value "
-                                           "(need two)")
+                panel["missing"][label] = (f"{g.height} configuration(s) with {held}, {has.height} with a value of "
+                                           f"{score} (need two)")
                 continue
             panel["lines"][label] = [
                 {"config": r.get("group"), "value": r[axis], "mean": float(r["__y"]),
