@@ -309,6 +309,8 @@ def test_summary_prints_table8_per_epsilon():
     assert format_table8(one).splitlines()[0].endswith(
         "(ratio n/a: one seed per configuration: no std across seeds) over the 4 configuration(s) kept by the "
         "retention rule (1 seed each)")
+    one = table8(_table8_frame(seeds=(0,)), "y", configs_all=_table8_frame(seeds=(0,)))
+    assert format_table8(one).splitlines()[0].endswith("; all 4 configurations: 2.160 vs n/a (ratio n/a)")  # said once
     # `empriv summary`: the lines follow the table when the record has them; an older record prints as before
     from analysis_tables import make_run_table
 

@@ -173,10 +173,11 @@ def format_table8(table8: dict) -> str:
     every configuration (the numbers of the table above) when ``all`` is there."""
     s = table8["score"]
 
-    def part(d: dict) -> str:
+    def part(d: dict, said: str | None = None) -> str:
         text = f"{_g(d['hyperparameter'])} vs {_g(d['randomness'])} "
-        text += f"(ratio {d['ratio']:.2f})" if d.get("ratio") is not None else f"(ratio n/a: {d.get('ratio_reason')})"
-        return text
+        if d.get("ratio") is not None:
+            return text + f"(ratio {d['ratio']:.2f})"
+        return text + ("(ratio n/a)" if d.get("ratio_reason") == said else f"(ratio n/a: {d.get('ratio_reason')})")
 
     def seeds(d: dict) -> str:
         lo, hi = d.get("n_seeds_min"), d.get("n_seeds_max")
@@ -187,7 +188,7 @@ def format_table8(table8: dict) -> str:
         line = f"ε = {eps}: configuration vs seed std of {s}: {part(d)} over the {d['n_configs']} configuration(s) " \
                f"kept by the retention rule ({seeds(d)} each)"
         if d.get("all"):
-            line += f"; all {d['all']['n_configs']} configurations: {part(d['all'])}"
+            line += f"; all {d['all']['n_configs']} configurations: {part(d['all'], d.get('ratio_reason'))}"
         lines.append(line)
     return "\n".join(lines)
 
