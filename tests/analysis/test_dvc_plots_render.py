@@ -245,8 +245,8 @@ def write_plot_files(work: Path, *, seed: int, steps: tuple[int, ...]) -> None:
         d.mkdir(parents=True)
     analysis, configs = compute_analysis(make_run_table(seed=seed), privacy_scores=["exposure_gap_mean", "acr_mean"],
                                          monte_carlo_trials=50, base_utility=2.0)
-    assert set(make_figures(analysis, configs, analysis_dir)) == {"variance", "hyperparameters", "heuristics",
-                                                                  "selection", "risks"}
+    assert set(make_figures(analysis, configs, analysis_dir)) == {"variance", "jitter", "one_at_a_time",
+                                                                  "hyperparameters", "heuristics", "selection", "risks"}
     write_plot_data(analysis, configs, analysis_dir)
     rows = cube_profiles([2.0, 8.0, math.inf], [20, 100], list(steps), 1000, DELTA, "rdp")
     (profiles_dir / "profiles.csv").write_text(profiles_csv(rows), encoding="utf-8")
@@ -303,6 +303,14 @@ def expected_marks(work: Path, revs: list[str]) -> dict[str, dict[str, int]]:
         variance = _csv(work, rev, "plots/analysis/variance.csv")
         add("plots_analysis_variance_csv", "symbol", len(_filled(variance, "value")))
         add("plots_analysis_variance_csv", "text", len({(r["score"], r["group"]) for r in _filled(variance, "value")}))
+        jitter = _csv(work, rev, "plots/analysis/jitter.csv")  # the variance template: a point per row, a label per ε
+        add("plots_analysis_jitter_csv", "symbol", len(_filled(jitter, "value")))
+        add("plots_analysis_jitter_csv", "text", len({(r["score"], r["group"]) for r in _filled(jitter, "value")}))
+        table8 = _csv(work, rev, "plots/analysis/seed_vs_configuration.csv")  # a bar per defined ratio
+        add("plots_analysis_seed_vs_configuration_csv", "rect", len(_filled(table8, "ratio")))
+        fig5 = _csv(work, rev, "plots/analysis/one_at_a_time.csv")  # a point per row, a line per (panel, ε)
+        add("plots_analysis_one_at_a_time_csv", "symbol", len(_filled(fig5, "mean")))
+        add("plots_analysis_one_at_a_time_csv", "line", len({(r["panel"], r["epsilon"]) for r in _filled(fig5, "mean")}))
         heuristics = _csv(work, rev, "plots/analysis/heuristics.csv")  # a bar per accuracy, a tick per random guess
         add("plots_analysis_heuristics_csv", "rect", len(_filled(heuristics, "accuracy")) + len(_filled(heuristics, "random_baseline")))
         risks = _csv(work, rev, "plots/analysis/risks.csv")
@@ -311,6 +319,7 @@ def expected_marks(work: Path, revs: list[str]) -> dict[str, dict[str, int]]:
         selection = _csv(work, rev, "plots/analysis/selection.csv")
         add("plots_analysis_selection_csv", "symbol", len(selection))
         add("plots_analysis_selection_csv", "line", len({(r["score"], r["epsilon"], r["method"]) for r in selection}))
+    want["plots_analysis_seed_vs_configuration_csv"]["rule"] = 1  # the dashed 1, once per chart
     return want
 
 
@@ -348,6 +357,7 @@ def diffed(repo, vega_routes) -> dict:
 
 
 VEGA_PLOTS = {"plots_profiles_profiles_csv", "calibrated_sigma", "plots_analysis_variance_csv",
+              "plots_analysis_jitter_csv", "plots_analysis_seed_vs_configuration_csv", "plots_analysis_one_at_a_time_csv",
               "plots_analysis_heuristics_csv", "plots_analysis_selection_csv", "plots_analysis_risks_csv", "relative_risk"}
 
 
@@ -367,6 +377,10 @@ def check_rendered(result: dict, want: dict[str, dict[str, int]], n_revs: int, r
             assert drawn.get(mark, 0) == n, f"{pid}: {drawn.get(mark, 0)} {mark} items drawn, the data has {n}"
     # ε = ∞ is a category of the variance and heuristics plots
     assert "ε=∞" in plots["plots_analysis_variance_csv"]["texts"]
+    assert "ε=∞" in plots["plots_analysis_jitter_csv"]["texts"] and "ε = ∞" in plots["plots_analysis_seed_vs_configuration_csv"]["texts"]
+    assert "ε = ∞" in plots["plots_analysis_one_at_a_time_csv"]["texts"]  # the legend
+    fig5 = plots["plots_analysis_one_at_a_time_csv"]  # the varied hyperparameter on a log axis (per panel)
+    assert any(s["type"] == "log" and '"value"' in s["domain"] for s in fig5["scales"]), fig5["scales"]
     assert "ε = ∞" in plots["plots_analysis_heuristics_csv"]["texts"]
     # log axes: δ of the profiles (labels are powers of ten over several decades), σ of the calibrated σ
     prof = plots["plots_profiles_profiles_csv"]
@@ -380,7 +394,7 @@ def check_rendered(result: dict, want: dict[str, dict[str, int]], n_revs: int, r
     assert {"20", "100"} <= set(sigma["texts"])  # b in numeric order, one tick per batch size of the cube
     # every PNG figure, once per revision
     pngs = sorted(p.relative_to(repo).as_posix() for p in (repo / "plots").rglob("*.png"))
-    assert len(pngs) == 5 + 2  # five analysis figures, one profile figure per finite ε
+    assert len(pngs) == 7 + 2  # seven analysis figures, one profile figure per finite ε
     imgs = result["images"]
     assert sorted({i["div"] for i in imgs}) == sorted(re.sub(r"[/.]", "_", p) for p in pngs)
     assert len(imgs) == len(pngs) * n_revs

@@ -91,6 +91,8 @@ def test_analysis_metrics_keep_the_primary_score_only(runs):
     e8 = per["eps8"]
     assert e8["std_configs"] == pytest.approx(a["seed_vs_configuration"]["exposure_gap_mean"]["8"]["hyperparameter"])
     assert e8["std_seeds"] == pytest.approx(a["seed_vs_configuration"]["exposure_gap_mean"]["8"]["randomness"])
+    assert e8["config_seed_ratio"] == pytest.approx(e8["std_configs"] / e8["std_seeds"])
+    assert e8["config_seed_ratio_all"] == pytest.approx(a["table8"]["per_epsilon"]["8"]["all"]["ratio"])
     assert e8["coef_log_eta"] > e8["coef_log_T"] > e8["coef_log_b"] > 0  # the constructed score's order
     assert e8["heuristic_individual"] == 1.0 and e8["risk_algorithm1"] == pytest.approx(0.0)
     assert "risk_algorithm1" not in per["epsinf"]  # no selection without a finite (ε, δ)
@@ -118,3 +120,16 @@ def test_the_metrics_are_bit_identical_across_calls(runs):
     first = json.dumps([summarize(big, SCORES), summary_metrics(big, SCORES, "test_nll", 1.7)])
     for _ in range(10):
         assert json.dumps([summarize(big, SCORES), summary_metrics(big, SCORES, "test_nll", 1.7)]) == first
+
+
+def test_table8_metrics_stay_compact_and_numeric():
+    """Two keys per ε for Table 8's ratio, null (not a string or NaN) where undefined: one seed per configuration."""
+    a, _ = compute_analysis(make_run_table(seeds=(0,)), privacy_scores=["exposure_gap_mean"], monte_carlo_trials=20,
+                            base_utility=None)
+    m = analysis_metrics(a)
+    assert numbers_only(m) == []
+    for e in ("eps2", "eps8", "epsinf"):
+        entry = m["exposure_gap_mean"][e]
+        assert entry["config_seed_ratio"] is None and entry["config_seed_ratio_all"] is None
+        assert entry["std_configs"] is not None and entry["std_seeds"] is None
+        assert len(entry) <= 14

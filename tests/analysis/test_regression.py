@@ -122,3 +122,28 @@ def test_runs_without_a_score_are_left_out_not_zero():
     assert zero["terms"]["log_b"]["coef"] != pytest.approx(ref["terms"]["log_b"]["coef"])
     empty = log_regression(d.with_columns(pl.lit(None, dtype=pl.Float64).alias("y")), "y", ("batch_size", "steps"))
     assert empty["fitted"] is False and empty["reason"] == "no run has a y value" and empty["n_without_value"] == 54
+
+
+def test_table2_recovers_the_coefficients_of_a_known_model():
+    """y = 1 + 2 log T + 0.5 log η + noise over a full 3 × 3 × 3 cube, 3 seeds: log b ≈ 0, T and η recovered."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for b in (32, 64, 128):
+        for t in (10, 20, 40):
+            for e in (0.001, 0.01, 0.1):
+                for s in range(3):
+                    rows.append({"batch_size": b, "steps": t, "learning_rate": e, "compute": b * t, "seed": s,
+                                 "epsilon": 8.0, "y": 1 + 2 * np.log(t) + 0.5 * np.log(e) + 0.05 * rng.normal()})
+    out = regressions(pl.DataFrame(rows), ["y"])["8"]["y"]
+    fit = out["individual"]
+    assert fit["fitted"] and fit["n"] == 81 and fit["df_resid"] == 77 and fit["r2"] > 0.99
+    terms = fit["terms"]
+    assert terms["intercept"]["coef"] == pytest.approx(1.0, abs=0.1)
+    assert terms["log_T"]["coef"] == pytest.approx(2.0, abs=0.02) and terms["log_T"]["p"] < 1e-10
+    assert terms["log_eta"]["coef"] == pytest.approx(0.5, abs=0.01) and terms["log_eta"]["p"] < 1e-10
+    assert abs(terms["log_b"]["coef"]) < 0.02 and terms["log_b"]["p"] > 0.01
+    assert significance_stars(terms["log_T"]["p"]) == "***" and significance_stars(terms["log_b"]["p"]) == ""
+    # composite: y ~ log C + log η, with C = b·T: log C carries T's effect only partly (b adds nothing)
+    comp = out["composite"]
+    assert comp["fitted"] and comp["n"] == 81 and set(comp["terms"]) == {"intercept", "log_C", "log_eta"}
+    assert comp["terms"]["log_eta"]["coef"] == pytest.approx(0.5, abs=0.02)

@@ -166,14 +166,20 @@ def report(tmp_path_factory) -> tuple[Path, dict]:
 def test_report_is_self_contained_and_complete(report):
     path, figures = report
     text = path.read_text()
-    assert set(figures) == {"variance", "hyperparameters", "heuristics", "selection", "risks"}
+    assert set(figures) == {"variance", "jitter", "one_at_a_time", "hyperparameters", "heuristics", "selection", "risks"}
     assert text.count('<img src="data:image/png;base64,') == len(figures)
     assert not re.search(r"""(src|href)=["'](?!data:)""", text)  # nothing loaded from elsewhere
     for heading in ("The cube", "Retention rule", "Empirical privacy variance", "Regression on hyperparameters",
-                    "Selection heuristics", "Algorithm 1", "Rank correlations", "What each run", "Every run"):
+                    "Selection heuristics", "Algorithm 1", "Rank correlations", "What each run", "Every run",
+                    "Table 8: configurations vs seeds (acr_mean)", "Table 2: acr_mean on log hyperparameters, per ε",
+                    "One hyperparameter at a time (acr_mean)"):
         assert heading in text
     assert "poisson" in text and "prv" in text and "training loss curve" in text
-    for csv in ("variance.csv", "heuristics.csv", "risks.csv", "selection.csv"):
+    # ACR runs on seed 0 only: Table 8 has no ratio, and says why
+    assert "one seed per configuration: no std across seeds" in text
+    assert "Reference: b = 128, T = 32, η = 0.010" in text
+    for csv in ("variance.csv", "heuristics.csv", "risks.csv", "selection.csv", "jitter.csv", "seed_vs_configuration.csv",
+                "one_at_a_time.csv"):
         assert (path.parent / "plots" / csv).stat().st_size > 0
 
 
@@ -215,3 +221,29 @@ def test_existing_report_renders(tmp_path):
         pytest.skip("EMPRIV_REPORT_HTML not set (point it at reports/report.html to check the pipeline's report)")
     _needs_chromium()
     _check_in_browser(Path(target), None, tmp_path / "report-screenshot.png")
+
+
+def test_report_table2_and_table8_of_the_primary_score(tmp_path):
+    """Table 2 lays out the primary score's coefficients and p-values per ε (stars as lm()); Table 8 shows both sets of
+    configurations with the ratio."""
+    from analysis_tables import make_run_table
+
+    from empriv.analysis.figures import make_figures
+    from empriv.analysis.report import render_html
+    from empriv.analysis.stage import compute_analysis
+
+    analysis, configs = compute_analysis(make_run_table(), privacy_scores=["exposure_gap_mean"], monte_carlo_trials=20,
+                                         base_utility=None)
+    figures = make_figures(analysis, configs, tmp_path)
+    text = render_html(analysis, figures, cube={}, params={}, assumptions=[], run_rows=([], []))
+    table2 = text[text.index('id="table2"'):text.index("every score and model")]
+    fit = analysis["regression"]["8"]["exposure_gap_mean"]["individual"]
+    assert "(a) individual" in table2 and "(b) composite" in table2 and "coef (ε = inf)" in table2
+    t = fit["terms"]["log_eta"]
+    assert f"{t['coef']:.3f}***" in table2 and "<td class=\"l\">log_eta</td>" in table2
+    assert "<td class=\"l\">R²</td>" in table2 and f"<td class=\"\">{fit['n']}</td>" in table2
+    table8 = text[text.index('id="table8"'):text.index('id="one-at-a-time"')]
+    d = analysis["table8"]["per_epsilon"]["2"]
+    assert f"{d['ratio']:.3f}" in table8 and f"{d['all']['ratio']:.3f}" in table8
+    assert table8.count("<td class=\"l\">all</td>") == 3 and table8.count("<td class=\"l\">kept</td>") == 3
+    assert text.count('<img src="data:image/png;base64,') == len(figures)

@@ -56,6 +56,23 @@ def test_full_analysis_of_a_constructed_table(runs):
     assert "acr_mean" in format_analysis(a)
 
 
+def test_table8_and_fig5_of_the_primary_score(runs):
+    a, configs = run(runs, privacy_scores=["exposure_gap_mean"], base_utility=2.0)
+    t8 = a["table8"]
+    assert t8["score"] == a["primary_score"] == "exposure_gap_mean" and list(t8["per_epsilon"]) == ["2", "8", "inf"]
+    for e, d in t8["per_epsilon"].items():
+        # over the kept configurations: exactly the analysis' own Table 8 (seed_vs_configuration), plus 'all'
+        assert {k: v for k, v in d.items() if k != "all"} == a["seed_vs_configuration"]["exposure_gap_mean"][e]
+        assert d["n_configs"] == a["retention"][e]["n_kept"] < d["all"]["n_configs"] == 8
+        assert d["ratio"] == pytest.approx(d["hyperparameter"] / d["randomness"])
+    assert "(ratio " in format_analysis(a)
+    fig5 = a["one_at_a_time"]
+    kept = set(configs["group"].to_list())
+    points = [pt for p in fig5["panels"] for pts in p["lines"].values() for pt in pts]
+    assert len(points) == 18 and any(pt["kept"] for pt in points)
+    assert all(pt["kept"] is (pt["config"] in kept) for pt in points)
+
+
 def test_retention_rule_is_applied_per_epsilon(runs):
     # base utility 2.0: gains 2.0 − NLL; keep NLL ≤ 2.0 − 0.9·(2.0 − best)
     a, configs = run(runs, base_utility=2.0, retention_fraction=0.9)
@@ -76,6 +93,11 @@ def test_single_epsilon_missing_seeds_and_inf_only():
     a, _ = run(one)
     assert a["epsilons"] == ["4"]
     assert a["seed_vs_configuration"]["exposure_gap_mean"]["4"]["randomness"] is None  # one seed: no seed std
+    t8 = a["table8"]["per_epsilon"]["4"]  # Table 8: no ratio, and why; the std across configurations is still there
+    assert t8["ratio"] is None and t8["ratio_reason"] == "one seed per configuration: no std across seeds"
+    assert t8["hyperparameter"] is not None and t8["all"]["n_configs"] == 8 and t8["all"]["n_seeds_max"] == 1
+    assert list(a["one_at_a_time"]["panels"][0]["lines"]) == ["4"]  # one ε: one line per panel
+    assert "(ratio" not in format_analysis(a)
     assert a["selection"]["4"]["exposure_gap_mean"]["risks"]["monte_carlo"] is not None
     inf_only = make_run_table(epsilons=(math.inf,))
     a, _ = run(inf_only)
@@ -88,8 +110,12 @@ def test_one_configuration_and_no_scores():
     a, _ = run(t)
     assert a["seed_vs_configuration"]["exposure_gap_mean"]["8"]["hyperparameter"] is None
     assert a["regression"]["8"]["exposure_gap_mean"]["individual"]["fitted"] is False
+    t8 = a["table8"]["per_epsilon"]["8"]
+    assert t8["ratio"] is None and t8["ratio_reason"] == "1 configuration(s) with a value: no std across configurations"
+    assert all(p["lines"] == {} for p in a["one_at_a_time"]["panels"])
     a, _ = run(t, privacy_scores=["acr_max"])
     assert a["primary_score"] is None and a["regression"] == {}
+    assert a["table8"] == {} and a["one_at_a_time"] == {}
     assert "no empirical privacy score" in format_analysis(a)
 
 
@@ -186,7 +212,10 @@ def test_acr_without_a_success_at_finite_epsilon_is_missing_not_zero(runs):
     assert any("acr_mean is over successful ACR searches only" in n for n in a["notes"])
     # every statistic of acr_mean at finite ε: none (not the statistics of zeros)
     assert a["seed_vs_configuration"]["acr_mean"]["8"] == {"randomness": None, "hyperparameter": None, "n_configs": 0,
-                                                            "n_configs_with_seed_std": 0, "n_configs_without_value": 8}
+                                                            "n_configs_with_seed_std": 0, "n_configs_without_value": 8,
+                                                            "ratio": None, "ratio_reason": "0 configuration(s) with a "
+                                                            "value: no std across configurations", "n_seeds_min": None,
+                                                            "n_seeds_max": None, "n_runs": 0}
     assert a["regression"]["8"]["acr_mean"]["individual"]["fitted"] is False
     assert a["regression"]["8"]["acr_mean"]["individual"]["n_without_value"] == 16
     assert all(h["n_pairs"] == 0 and h["accuracy"] is None for h in a["heuristics"]["8"]["acr_mean"].values())

@@ -78,6 +78,7 @@ def test_config_table_seed_means_and_stds():
     assert c["y__seed_std"].to_list()[0] == pytest.approx(math.sqrt(2)) and c["y__seed_std"].to_list()[1] is None
     assert c["z"].to_list() == [2.0, None]  # NaN counts as missing
     assert c["n_seeds"].to_list() == [2, 1]
+    assert c["y__n_seeds"].to_list() == [2, 1] and c["z__n_seeds"].to_list() == [1, 0]  # seeds with a value
 
 
 def test_retention_rule_by_hand():

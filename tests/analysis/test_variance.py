@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -126,8 +127,12 @@ def test_seed_vs_configuration_by_hand():
     assert out["2"]["randomness"] == pytest.approx(math.sqrt(2))  # A, B: sqrt(2) each; C has one seed
     assert out["2"]["hyperparameter"] == pytest.approx(4.041451884327381)
     assert out["2"]["n_configs_with_seed_std"] == 2
+    assert out["2"]["ratio"] == pytest.approx(4.041451884327381 / math.sqrt(2)) and out["2"]["ratio_reason"] is None
+    assert (out["2"]["n_seeds_min"], out["2"]["n_seeds_max"], out["2"]["n_runs"]) == (1, 2, 5)
     assert out["inf"] == {"randomness": None, "hyperparameter": None, "n_configs": 1, "n_configs_with_seed_std": 0,
-                          "n_configs_without_value": 0}
+                          "n_configs_without_value": 0, "ratio": None,
+                          "ratio_reason": "1 configuration(s) with a value: no std across configurations",
+                          "n_seeds_min": 1, "n_seeds_max": 1, "n_runs": 1}
 
 
 def test_spearman_correlations():
@@ -216,4 +221,104 @@ def test_group_statistics_skip_configurations_without_a_value(acr_runs):
     assert svc["inf"]["hyperparameter"] == pytest.approx(0.0707106781) and svc["inf"]["randomness"] == pytest.approx(math.sqrt(0.5))
     assert (svc["inf"]["n_configs"], svc["inf"]["n_configs_without_value"]) == (2, 1)
     assert svc["2"] == {"randomness": None, "hyperparameter": None, "n_configs": 0, "n_configs_with_seed_std": 0,
-                        "n_configs_without_value": 2}
+                        "n_configs_without_value": 2, "ratio": None,
+                        "ratio_reason": "0 configuration(s) with a value: no std across configurations",
+                        "n_seeds_min": None, "n_seeds_max": None, "n_runs": 0}
+
+
+# ------------------------------------------------------------------- Table 8 by hand: 2 ε × 4 configurations × 2 seeds
+TABLE8_RUNS = {  # (ε, b, T) → the two seeds' scores
+    (2.0, 64, 16): (1.0, 2.0), (2.0, 64, 32): (2.0, 4.0), (2.0, 128, 16): (3.0, 3.0), (2.0, 128, 32): (6.0, 7.0),
+    (8.0, 64, 16): (1.0, 1.0), (8.0, 64, 32): (5.0, 9.0), (8.0, 128, 16): (2.0, 4.0), (8.0, 128, 32): (10.0, 10.0)}
+
+
+def _table8_frame(seeds=(0, 1)):
+    from empriv.analysis.table import config_table
+
+    rows = [{"epsilon": e, "group": f"eps{e:g}-b{b}-T{t}", "batch_size": b, "steps": t, "learning_rate": 0.01,
+             "seed": s, "y": ys[s]} for (e, b, t), ys in TABLE8_RUNS.items() for s in seeds]
+    return config_table(pl.DataFrame(rows), ["y"])
+
+
+def test_table8_by_hand():
+    from empriv.analysis.variance import seed_vs_configuration
+
+    out = seed_vs_configuration(_table8_frame(), "y")
+    # ε = 2: means 1.5, 3, 3, 6.5 (mean 3.5): var = (4 + .25 + .25 + 9) / 3 = 4.5; seed stds |Δ|/√2: 1, 2, 0, 1 → 1/√2 each
+    assert out["2"]["hyperparameter"] == pytest.approx(math.sqrt(4.5))
+    assert out["2"]["randomness"] == pytest.approx((1 + 2 + 0 + 1) / 4 / math.sqrt(2))
+    assert out["2"]["ratio"] == pytest.approx(math.sqrt(4.5) / (1 / math.sqrt(2)))  # 3.0
+    # ε = 8: means 1, 7, 3, 10 (mean 5.25): var = (18.0625 + 3.0625 + 5.0625 + 22.5625) / 3 = 16.25; seed stds 0, 4, 2, 0
+    assert out["8"]["hyperparameter"] == pytest.approx(math.sqrt(16.25))
+    assert out["8"]["randomness"] == pytest.approx(6 / 4 / math.sqrt(2))
+    assert out["8"]["ratio"] == pytest.approx(math.sqrt(16.25) / (6 / 4 / math.sqrt(2)))
+    for e in ("2", "8"):
+        assert (out[e]["n_configs"], out[e]["n_seeds_min"], out[e]["n_seeds_max"], out[e]["n_runs"]) == (4, 2, 2, 8)
+        assert out[e]["ratio_reason"] is None
+
+
+def test_table8_kept_and_all():
+    import polars as pl
+
+    from empriv.analysis.variance import table8
+
+    every = _table8_frame()
+    kept = every.filter(~pl.col("group").is_in(["eps2-b64-T16", "eps8-b64-T16"]))
+    t = table8(kept, "y", configs_all=every)
+    assert t["score"] == "y" and list(t["per_epsilon"]) == ["2", "8"]
+    d = t["per_epsilon"]["2"]
+    # kept at ε = 2: means 3, 3, 6.5 → std √(4.0833…); seed stds √2, 0, 1/√2
+    assert d["hyperparameter"] == pytest.approx(float(np.std([3.0, 3.0, 6.5], ddof=1)))
+    assert d["randomness"] == pytest.approx((math.sqrt(2) + 0 + 1 / math.sqrt(2)) / 3)
+    assert d["n_configs"] == 3 and d["all"]["n_configs"] == 4
+    assert d["all"]["ratio"] == pytest.approx(3.0)
+    assert table8(kept, None) == {}
+    # an ε that the retention rule emptied still has its 'all' numbers
+    t = table8(kept.filter(pl.col("epsilon") == 2.0), "y", configs_all=every)
+    assert t["per_epsilon"]["8"]["n_configs"] == 0 and t["per_epsilon"]["8"]["ratio"] is None
+    assert t["per_epsilon"]["8"]["all"]["n_configs"] == 4
+
+
+def test_table8_degrades_gracefully():
+    import polars as pl
+
+    from empriv.analysis.variance import seed_vs_configuration
+
+    one_seed = seed_vs_configuration(_table8_frame(seeds=(0,)), "y")
+    assert one_seed["2"]["randomness"] is None and one_seed["2"]["ratio"] is None
+    assert one_seed["2"]["ratio_reason"] == "one seed per configuration: no std across seeds"
+    assert one_seed["2"]["hyperparameter"] is not None and one_seed["2"]["n_seeds_max"] == 1
+    constant = _table8_frame().with_columns(pl.lit(0.0).alias("y"), pl.lit(0.0).alias("y__seed_std"))
+    c = seed_vs_configuration(constant, "y")["8"]
+    assert (c["hyperparameter"], c["randomness"], c["ratio"]) == (0.0, 0.0, None)
+    assert c["ratio_reason"] == "the score is constant (both standard deviations are 0)"
+    flat_seeds = _table8_frame().with_columns(pl.lit(0.0).alias("y__seed_std"))
+    assert seed_vs_configuration(flat_seeds, "y")["2"]["ratio_reason"].startswith("the std across seeds is 0")
+
+
+def test_summary_prints_table8_per_epsilon():
+    from empriv.analysis.variance import format_summary_record, format_table8, table8
+
+    every = _table8_frame()
+    t = table8(every, "y", configs_all=every)
+    lines = format_table8(t).splitlines()
+    assert len(lines) == 2
+    assert lines[0] == ("ε = 2: configuration vs seed std of y: 2.121 vs 0.707 (ratio 3.00) over the 4 configuration(s) "
+                        "kept by the retention rule (2 seeds each); all 4 configurations: 2.121 vs 0.707 (ratio 3.00)")
+    one = table8(_table8_frame(seeds=(0,)), "y")
+    assert format_table8(one).splitlines()[0].endswith(
+        "(ratio n/a: one seed per configuration: no std across seeds) over the 4 configuration(s) kept by the "
+        "retention rule (1 seed each)")
+    one = table8(_table8_frame(seeds=(0,)), "y", configs_all=_table8_frame(seeds=(0,)))
+    assert format_table8(one).splitlines()[0].endswith("; all 4 configurations: 2.160 vs n/a (ratio n/a)")  # said once
+    # `empriv summary`: the lines follow the table when the record has them; an older record prints as before
+    from analysis_tables import make_run_table
+
+    from empriv.analysis.variance import summary_record
+
+    record = summary_record(make_run_table(), ["exposure_gap_mean"])
+    before = format_summary_record(record)
+    record["table8"] = t
+    after = format_summary_record(record)
+    assert after.startswith(before.split("\n\n")[0]) and after.endswith(lines[1])
+    assert "configuration vs seed std" not in before

@@ -266,7 +266,8 @@ def group_display(group: dict) -> str:
 
 
 def write_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
-    """DVC plot data (CSV) for the figures: variance, heuristics, risks, selection.
+    """DVC plot data (CSV) for the figures: variance, heuristics, risks, selection, and the primary score's jitter
+    (Fig. 2), seed_vs_configuration (Table 8) and one_at_a_time (Fig. 5 a–c): :func:`write_research_plot_data`.
 
     Every file is long (one row per plotted value) and carries the columns the plot templates in ``.dvc/plots/``
     split series by: ``score`` and ``epsilon`` / ``epsilon_label`` (ε = ∞ as "∞", so it is a category on an axis
@@ -308,10 +309,71 @@ def write_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
                                                     "absolute_risk"], rows))
     paths.append(_write_csv(out_dir / "selection.csv", ["epsilon", "epsilon_label", "score", "threshold", "method", "config",
                                                         "score_value", "oracle_score"], lay))
+    paths += write_research_plot_data(analysis, configs, out_dir)
     if analysis.get("adaptation_audit"):
         from empriv.analysis.adaptation_audit import write_adaptation_plot_data
 
         paths.append(write_adaptation_plot_data(analysis["adaptation_audit"], out_dir / "adaptation_audit.csv"))
+    return paths
+
+
+JITTER_HEADER = ["score", "epsilon", "epsilon_label", "group", "config", "batch_size", "steps", "learning_rate",
+                 "value", "seed_std", "n_seeds", "x", "jitter", "std"]
+TABLE8_HEADER = ["score", "epsilon", "epsilon_label", "configurations", "std_configs", "std_seeds", "ratio",
+                 "n_configs", "n_seeds_min", "n_seeds_max", "n_runs", "reason"]
+
+
+def one_at_a_time_rows(fig5: dict) -> list[list]:
+    """The DVC plot rows of :func:`empriv.analysis.one_at_a_time.one_at_a_time` (one per point), in the columns
+    of :data:`ONE_AT_A_TIME_HEADER`."""
+    from empriv.analysis.one_at_a_time import AXIS_SYMBOLS, axis_value_text
+
+    rows = []
+    for p in fig5.get("panels", []):
+        held = ", ".join(f"{AXIS_SYMBOLS[a]}={axis_value_text(v)}" for a, v in p["held"].items())
+        title = f"vary {AXIS_SYMBOLS[p['vary']]} ({held})"
+        for label, pts in p["lines"].items():
+            for pt in pts:
+                rows.append([fig5["score"], label, epsilon_display(label), title, p["vary"], pt["value"], pt["mean"],
+                             pt["seed_std"], pt["n_seeds"], pt["config"],
+                             None if pt["kept"] is None else int(bool(pt["kept"]))])
+    return rows
+
+
+ONE_AT_A_TIME_HEADER = ["score", "epsilon", "epsilon_label", "panel", "hyperparameter", "value", "mean", "seed_std",
+                        "n_seeds", "config", "kept"]
+
+
+def write_research_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
+    """The primary score's Fig. 2, Table 8 and Fig. 5 (a–c) as CSV (headers only without a primary score):
+
+    - ``jitter.csv``: one row per configuration kept by the retention rule (Fig. 2; the columns of ``variance.csv``
+      plus the hyperparameters, seed std and count, and the jittered ``x`` of the PNG);
+    - ``seed_vs_configuration.csv``: Table 8, one row per ε and set of configurations (``kept`` by the retention
+      rule, ``all``): the two standard deviations, their ratio (empty with the ``reason`` where undefined), counts;
+    - ``one_at_a_time.csv``: one row per point of Fig. 5 (a–c) (``panel``, ``hyperparameter`` varied, its ``value``,
+      the seed ``mean`` and ``seed_std``, ``kept`` 1/0)."""
+    from empriv.analysis.variance import jitter_points
+
+    out_dir = Path(out_dir)
+    score = analysis.get("primary_score")
+    rows = []
+    if score and score in configs.columns:
+        for p in jitter_points(configs, score, seed=analysis.get("seed", 0)):
+            rows.append([p["score"], p["epsilon"], epsilon_display(p["epsilon"]), group_display({"epsilon": p["epsilon"]}),
+                         p["config"], p["batch_size"], p["steps"], p["learning_rate"], p["value"], p["seed_std"],
+                         p["n_seeds"], p["x"], p["jitter"], p["std"]])
+    paths = [_write_csv(out_dir / "jitter.csv", JITTER_HEADER, rows)]
+    rows = []
+    t8 = analysis.get("table8") or {}
+    for e, d in (t8.get("per_epsilon") or {}).items():
+        for kind, v in (("kept", d), ("all", d.get("all"))):
+            if v:
+                rows.append([t8["score"], e, epsilon_display(e), kind, v["hyperparameter"], v["randomness"], v["ratio"],
+                             v["n_configs"], v["n_seeds_min"], v["n_seeds_max"], v["n_runs"], v["ratio_reason"]])
+    paths.append(_write_csv(out_dir / "seed_vs_configuration.csv", TABLE8_HEADER, rows))
+    paths.append(_write_csv(out_dir / "one_at_a_time.csv", ONE_AT_A_TIME_HEADER,
+                            one_at_a_time_rows(analysis.get("one_at_a_time") or {})))
     return paths
 
 
@@ -380,12 +442,99 @@ def plot_audit_spread(analysis: dict, out: Path) -> Path | None:
     return _save(fig, out)
 
 
+def plot_jitter(analysis: dict, configs, out: Path) -> Path | None:
+    """Fig. 2 of the primary score: one point per configuration kept by the retention rule (its seed mean) above its
+    ε (a category, ∞ last), jittered sideways (:func:`empriv.analysis.variance.jitter_points`, seeded with the
+    analysis seed), each ε labelled with the std across its configurations."""
+    from empriv.analysis.variance import jitter_points
+
+    score = analysis.get("primary_score")
+    if not score or score not in configs.columns:
+        return None
+    points = jitter_points(configs, score, seed=analysis.get("seed", 0))
+    if not points:
+        return None
+    labels = list(dict.fromkeys(p["epsilon"] for p in points))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(3.6, 1.3 * len(labels) + 1.6), 3.6))
+    for i, e in enumerate(labels):
+        pts = [p for p in points if p["epsilon"] == e]
+        ax.scatter([p["x"] for p in pts], [p["value"] for p in pts], s=24, alpha=0.85, color=f"C{i % 10}")
+        ax.annotate(f"std {format_value(pts[0]['std'])}", (i, max(p["value"] for p in pts)), xytext=(0, 7),
+                    textcoords="offset points", ha="center", fontsize=8)
+    per = ((analysis.get("table8") or {}).get("per_epsilon") or {})
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels([f"ε = {epsilon_display(e)}\n{per[e]['n_configs']}/{per[e]['all']['n_configs']} kept"
+                        if e in per and per[e].get("all") else f"ε = {epsilon_display(e)}" for e in labels])
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+    ax.margins(y=0.2)
+    ax.set_ylabel(f"{score} (seed mean per configuration)")
+    ax.set_title(f"Empirical privacy variance of {score}\n(one point per configuration; label: std across them)",
+                 fontsize=9)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def plot_one_at_a_time(analysis: dict, out: Path) -> Path | None:
+    """Fig. 5 (a–c): the primary score (seed mean ± seed std) against b, T and η in turn, the other two held at the
+    reference (:mod:`empriv.analysis.one_at_a_time`), one line per ε; hollow points were dropped by the retention
+    rule. A panel without data says why."""
+    from empriv.analysis.one_at_a_time import AXIS_SYMBOLS, axis_value_text
+
+    fig5 = analysis.get("one_at_a_time") or {}
+    if not fig5.get("panels") or not any(p["lines"] for p in fig5["panels"]):
+        return None
+    score = fig5["score"]
+    labels = sorted({e for p in fig5["panels"] for e in p["lines"]}, key=lambda e: math.inf if e == "inf" else float(e))
+    colors = {e: f"C{i % 10}" for i, e in enumerate(labels)}
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.5), squeeze=False, sharey=True)
+    for ax, p in zip(axes[0], fig5["panels"]):
+        sym = AXIS_SYMBOLS[p["vary"]]
+        held = ", ".join(f"{AXIS_SYMBOLS[a]} = {axis_value_text(v)}" for a, v in p["held"].items())
+        ax.set_title(f"vary {sym}" + (f" ({held})" if held else ""), fontsize=9)
+        ax.set_xlabel(sym)
+        if not p["lines"]:
+            ax.text(0.5, 0.5, p.get("reason") or "no data", ha="center", va="center", transform=ax.transAxes,
+                    fontsize=7, wrap=True)
+            continue
+        xs = set()
+        for e, pts in p["lines"].items():
+            x = [pt["value"] for pt in pts]
+            y = [pt["mean"] for pt in pts]
+            err = [pt["seed_std"] or 0.0 for pt in pts]
+            ax.errorbar(x, y, yerr=err, color=colors[e], marker=None, capsize=3, lw=1.4, label=f"ε = {epsilon_display(e)}")
+            kept = [pt["kept"] is not False for pt in pts]
+            ax.scatter([a for a, k in zip(x, kept) if k], [b for b, k in zip(y, kept) if k], color=colors[e], s=28, zorder=3)
+            ax.scatter([a for a, k in zip(x, kept) if not k], [b for b, k in zip(y, kept) if not k], facecolors="white",
+                       edgecolors=colors[e], s=28, zorder=3)
+            xs.update(x)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(xs), [f"{v:g}" for v in sorted(xs)])
+        ax.minorticks_off()
+        ax.margins(x=0.15)
+    axes[0][0].set_ylabel(f"{score} (seed mean ± seed std)")
+    handles, names = [], []
+    for ax in axes[0]:
+        for h, n in zip(*ax.get_legend_handles_labels()):
+            if n not in names:
+                handles.append(h)
+                names.append(n)
+    if handles:
+        axes[0][-1].legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle(f"One hyperparameter at a time: {score} (hollow: dropped by the retention rule)", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
 def make_figures(analysis: dict, configs, out_dir: Path) -> dict[str, Path]:
     """Every PNG of the report (name → path); figures without data are left out."""
     out_dir = Path(out_dir)
     primary, utility = analysis["primary_score"], analysis["utility"]
     figs: dict[str, Path | None] = {"variance": plot_variance(analysis, out_dir / "variance.png")}
     if primary:
+        figs["jitter"] = plot_jitter(analysis, configs, out_dir / "jitter.png")
+        figs["one_at_a_time"] = plot_one_at_a_time(analysis, out_dir / "one_at_a_time.png")
         figs["hyperparameters"] = plot_hyperparameters(configs, primary, utility, analysis["focus_epsilon"], out_dir / "hyperparameters.png")
         figs["heuristics"] = plot_heuristics(analysis, primary, out_dir / "heuristics.png")
         figs["selection"] = plot_layout(analysis, configs, primary, utility, out_dir / "selection.png")

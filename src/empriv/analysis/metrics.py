@@ -145,7 +145,10 @@ def config_metrics(table, primary: str | None, utility: str) -> dict:
 
 def analysis_metrics(analysis: dict) -> dict:
     """``metrics/analysis.json``: the research's findings for the primary score, per ε group — standard deviation of
-    the configuration means against the mean seed standard deviation (Table 8), the regression's R² and
+    the configuration means against the mean seed standard deviation and their ratio (Table 8: ``std_configs``,
+    ``std_seeds``, ``config_seed_ratio`` over the configurations kept by the retention rule, ``config_seed_ratio_all``
+    over every configuration; a ratio is null where undefined — one seed, one configuration, a seed std of 0 —
+    and records/analysis.json → ``table8`` says why), the regression's R² and
     coefficients (individual hyperparameters, log scale), the heuristics' accuracies and the absolute selection risk
     of Algorithm 1 and of the best-utility baseline — keyed by the score's name. The whole analysis (every score,
     p-values, sweeps, correlations) is ``records/analysis.json``."""
@@ -155,7 +158,11 @@ def analysis_metrics(analysis: dict) -> dict:
         return out
     per: dict = {}
     for label, d in analysis["seed_vs_configuration"].get(s, {}).items():
-        per.setdefault(label, {}).update({"std_configs": d["hyperparameter"], "std_seeds": d["randomness"]})
+        per.setdefault(label, {}).update({"std_configs": d["hyperparameter"], "std_seeds": d["randomness"],
+                                          "config_seed_ratio": d.get("ratio")})
+    for label, d in ((analysis.get("table8") or {}).get("per_epsilon") or {}).items():
+        if d.get("all"):
+            per.setdefault(label, {})["config_seed_ratio_all"] = d["all"].get("ratio")
     for label, by_score in analysis["regression"].items():
         fit = by_score.get(s, {}).get("individual")
         if fit:

@@ -61,6 +61,12 @@ CAPTIONS = {
                 "cluster is the standard deviation across configurations.",
     "hyperparameters": "Fig. 5 analogue: one hyperparameter varies while the others are fixed (a–c), at fixed compute C = b·T and η (d), "
                        "at fixed updates U = C·η (e). Panels with no such group in the cube say so.",
+    "jitter": "Fig. 2 analogue for the primary score: each point is one configuration kept by the retention rule "
+              "(its seed mean), jittered sideways (seeded); the label is the std across configurations at that ε "
+              "(Table 8's 'std across configurations', kept).",
+    "one_at_a_time": "Fig. 5 (a–c) analogue: the primary score (seed mean, bars: seed std) while one hyperparameter "
+                     "varies and the other two stay at the reference, one line per ε; hollow: dropped by the "
+                     "retention rule.",
     "heuristics": "Fig. 7 analogue: accuracy of the pairwise heuristics (a pair is correct only if the predicted-better configuration "
                   "has a strictly lower score); dashed: random guess on the same pairs (½ per untied pair).",
     "selection": "Fig. 9/20 analogue: top, every configuration's utility and score with each method's pick on the whole pool; "
@@ -76,6 +82,92 @@ CAPTIONS = {
     "adaptation_pretraining": "AUC of the attack on the base model's pre-training data after the private adaptation "
                               "(lines) and on the base model itself (dashed).",
 }
+
+
+def _table8_section(t8: dict, figures: dict) -> list[str]:
+    """Table 8 of the primary score (kept configurations and all of them) and its Fig. 2 jitter plot."""
+    if not t8.get("per_epsilon"):
+        return []
+    s = t8["score"]
+    out = [f"<h3 id=\"table8\">Table 8: configurations vs seeds ({_esc(s)})</h3>"
+           "<p>Per ε: the standard deviation of the configuration means (seeds averaged first) against the mean "
+           "standard deviation across the seeds of one configuration, and their ratio (the research found about 2: "
+           "seeds move a score about half as much as hyperparameters). <i>kept</i>: the configurations the retention "
+           "rule keeps (every statistic of this report); <i>all</i>: every configuration of the cube (the numbers of "
+           "<code>empriv summary</code>). A ratio is n/a with its reason: one seed, fewer than two configurations, "
+           "or a seed std of 0.</p>"]
+    rows = []
+    for e, d in t8["per_epsilon"].items():
+        for kind, v in (("kept", d), ("all", d.get("all"))):
+            if not v:
+                continue
+            lo, hi = v["n_seeds_min"], v["n_seeds_max"]
+            rows.append([e, kind, v["hyperparameter"], v["randomness"], v["ratio"], v["n_configs"],
+                         "n/a" if hi is None else str(lo) if lo == hi else f"{lo}–{hi}", v["ratio_reason"] or ""])
+    out.append(_table(["ε", "configurations", "std across configurations", "mean std across seeds", "ratio",
+                       "n configurations", "seeds per configuration", "note"], rows, left=2))
+    if "jitter" in figures:
+        out.append(_img(figures["jitter"], f"jitter plot of {s} per epsilon", CAPTIONS["jitter"]))
+    return out
+
+
+def _one_at_a_time_section(fig5: dict, figures: dict) -> list[str]:
+    """Fig. 5 (a–c): the reference point, panels or why they are empty, the figure."""
+    from empriv.analysis.one_at_a_time import AXIS_SYMBOLS
+
+    if not fig5.get("panels"):
+        return []
+    ref = ", ".join(f"{AXIS_SYMBOLS[a]} = {format_value(v) if isinstance(v, float) else v}"
+                    for a, v in fig5["reference"].items())
+    out = [f"<h3 id=\"one-at-a-time\">One hyperparameter at a time ({_esc(fig5['score'])})</h3>"
+           f"<p>Reference: {_esc(ref)} ({_esc(fig5['reference_rule'])}). Every configuration of the cube counts, "
+           "before the retention rule.</p>"]
+    gaps = []
+    for p in fig5["panels"]:
+        name = f"vary {AXIS_SYMBOLS[p['vary']]}"
+        if p.get("reason"):
+            gaps.append(f"{name}: {p['reason']}")
+        gaps += [f"{name}, ε = {e}: {why}" for e, why in p.get("missing", {}).items()]
+    if gaps:
+        out.append("<ul class=\"small\">" + "".join(f"<li>{_esc(g)}</li>" for g in gaps) + "</ul>")
+    if "one_at_a_time" in figures:
+        out.append(_img(figures["one_at_a_time"], "score versus one hyperparameter at a time", CAPTIONS["one_at_a_time"]))
+    return out
+
+
+def _table2_section(regression: dict, score: str) -> list[str]:
+    """Table 2 for ``score``: per model, a row per term and a column pair (coef with stars, p) per ε, then n and R²."""
+    from empriv.analysis.regression import MODELS, TERM_NAMES, significance_stars
+
+    labels = [e for e, per in regression.items() if score in per]
+    if not labels:
+        return []
+    out = [f"<h3 id=\"table2\">Table 2: {_esc(score)} on log hyperparameters, per ε</h3>"
+           "<p>Coefficient (stars: *** p &lt; 0.001, ** p &lt; 0.01, * p &lt; 0.05) and two-sided p-value per ε; "
+           "a term constant among the kept configurations is dropped (—); a model with too few runs is not fitted "
+           "(n/a, the note says why). The research (GPT-2-S on Enron, ACR at ε = 4): 0.13 (log b), 0.37 (log T), "
+           "0.51 (log η), all p &lt; 10⁻⁴.</p>"]
+    for model, covariates in MODELS.items():
+        terms = [TERM_NAMES[c] for c in covariates]
+        header = ["", *[f"{h} (ε = {e})" for e in labels for h in ("coef", "p")]]
+        rows = []
+        for term in terms:
+            row = [term]
+            for e in labels:
+                fit = regression[e][score][model]
+                t = fit["terms"].get(term) if fit["fitted"] else None
+                row += ([f"{format_value(t['coef'])}{significance_stars(t['p'])}", _fmt_p(t["p"])] if t
+                        else ["—" if fit["fitted"] else "n/a", ""])
+            rows.append(row)
+        rows.append(["n", *[c for e in labels for c in (regression[e][score][model].get("n"), "")]])
+        rows.append(["R²", *[c for e in labels for c in (regression[e][score][model].get("r2"), "")]])
+        notes = [f"ε = {e}: {regression[e][score][model]['reason']}" for e in labels
+                 if not regression[e][score][model]["fitted"]]
+        out.append(f"<p><b>({'a' if model == 'individual' else 'b'}) {model}</b>: {_esc(score)} ~ "
+                   f"{' + '.join(terms)}</p>" + _table(header, rows))
+        if notes:
+            out.append(f"<p class=\"small\">{_esc('; '.join(notes))}</p>")
+    return out
 
 
 def _methods_section(m: dict, figures: dict) -> list[str]:
@@ -240,6 +332,8 @@ def render_html(analysis: dict, figures: dict[str, Path], *, cube: dict, params:
                          "mean std across seeds", "configurations with ≥ 2 seeds"], rows, left=2))
     if "variance" in figures:
         parts.append(_img(figures["variance"], "jitter plot of scores per epsilon", CAPTIONS["variance"]))
+    parts += _table8_section(a.get("table8") or {}, figures)
+    parts += _one_at_a_time_section(a.get("one_at_a_time") or {}, figures)
     if "hyperparameters" in figures:
         parts.append(_img(figures["hyperparameters"], "score and utility versus hyperparameters", CAPTIONS["hyperparameters"]))
 
@@ -261,7 +355,11 @@ def render_html(analysis: dict, figures: dict[str, Path], *, cube: dict, params:
                     rows.append([s, e, m, term, f"{format_value(t['coef'])}{significance_stars(t['p'])}", t["se"], t["t"],
                                  _fmt_p(t["p"]), fit["r2"], fit["n"],
                                  ("dropped (constant): " + ", ".join(fit["dropped"])) if fit["dropped"] else ""])
-    parts.append(_table(["score", "ε", "model", "term", "coef", "SE", "t", "p", "R²", "n", "note"], rows, left=4))
+    if primary:
+        parts += _table2_section(a["regression"], primary)
+    parts.append("<details><summary>every score and model: coefficients, SE, t, p</summary>"
+                 + _table(["score", "ε", "model", "term", "coef", "SE", "t", "p", "R²", "n", "note"], rows, left=4)
+                 + "</details>")
 
     # -- heuristics
     parts.append("<h2>Selection heuristics</h2>")

@@ -76,6 +76,11 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
 
     Scores in ``privacy_scores`` that are absent or have no value are skipped and named in ``notes``.
 
+    For the primary score (:func:`primary_score`): ``table8`` (:func:`empriv.analysis.variance.table8`: per ε, std of
+    the configuration means vs mean seed std and their ratio, over the kept configurations and under ``all`` over
+    every one) and ``one_at_a_time`` (:func:`empriv.analysis.one_at_a_time.one_at_a_time`, Fig. 5 a–c); both ``{}``
+    without a primary score. Table 2 is ``regression`` (every score; the report shows the primary's).
+
     A table with several adaptation methods (``method`` column): the per-configuration statistics (retention,
     regression, heuristics, selection, correlations) cover the main method's runs (full fine-tuning when present,
     :func:`empriv.analysis.table.main_method`); ``variance`` is per ε *and* method over every method, and
@@ -201,6 +206,14 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
                                            base_utility=base_utility, retention_fraction=retention_fraction)
         variance = method_section.pop("variance")
 
+    # the research's Table 8 and Fig. 5 (a–c) for the primary score: Table 8 over the kept configurations (as every
+    # statistic above) and over all of them; Fig. 5 over all of them, each point marked kept or not
+    from empriv.analysis.one_at_a_time import one_at_a_time
+    from empriv.analysis.variance import table8
+
+    table8_primary = table8(configs, primary, configs_all=configs_all)
+    fig5 = one_at_a_time(configs_all, primary, kept_groups=kept_groups)
+
     finite = [e for e in sorted(configs["epsilon"].unique().to_list()) if math.isfinite(e)]
     focus = epsilon_label(finite[-1]) if finite else (epsilon_label(configs["epsilon"].max()) if configs.height else "inf")
     analysis = {
@@ -211,7 +224,7 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
         "retention_fraction": retention_fraction, "retention": retention,
         "coverage": coverage, "variance": variance, "seed_vs_configuration": svc, "regression": regression, "heuristics": heuristics,
         "selection": selection, "correlations": correlations, "monte_carlo_trials": monte_carlo_trials, "seed": seed,
-        "audit_spread": spread, "notes": notes,
+        "audit_spread": spread, "table8": table8_primary, "one_at_a_time": fig5, "notes": notes,
     }
     if method_section is not None:
         analysis["methods"] = method_section
@@ -228,7 +241,9 @@ def format_analysis(analysis: dict) -> str:
     for e, d in analysis["seed_vs_configuration"][s].items():
         h = analysis["heuristics"].get(e, {}).get(s, {})
         acc = ", ".join(f"{r} {_f(v['accuracy'])}" for r, v in h.items())
-        line = f"  ε={e}: std across configs {_f(d['hyperparameter'])}, across seeds {_f(d['randomness'])}; heuristics {acc}"
+        ratio = f" (ratio {d['ratio']:.2f})" if d.get("ratio") is not None else ""
+        line = (f"  ε={e}: std across configs {_f(d['hyperparameter'])}, across seeds {_f(d['randomness'])}{ratio}; "
+                f"heuristics {acc}")
         sel = analysis["selection"].get(e, {}).get(s)
         if sel and sel.get("risks", {}).get("mean"):
             r = sel["risks"]["mean"]

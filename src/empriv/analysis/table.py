@@ -282,7 +282,8 @@ def available(table, column: str) -> bool:
 
 def config_table(table, columns: list[str], by: list[str] | None = None):
     """One row per configuration: the seed mean of each column and its seed standard deviation
-    (``<col>__seed_std``, ddof = 1; null with a single seed), and ``n_seeds``.
+    (``<col>__seed_std``, ddof = 1; null with a single seed), the number of seeds with a value of it
+    (``<col>__n_seeds``), and ``n_seeds`` (runs of the configuration).
 
     Grouped by ``group`` plus the hyperparameters (ε, b, T, η, C, U) and any extra ``by`` columns
     (e.g. base model, data variant) that exist in the table; ``unit`` and ``method`` (constant within a group) are
@@ -296,7 +297,7 @@ def config_table(table, columns: list[str], by: list[str] | None = None):
     aggs = []
     for c in dict.fromkeys(columns):
         x = pl.col(c).cast(pl.Float64).fill_nan(None)
-        aggs += [x.mean().alias(c), x.std(ddof=1).alias(f"{c}__seed_std")]
+        aggs += [x.mean().alias(c), x.std(ddof=1).alias(f"{c}__seed_std"), x.is_not_null().sum().alias(f"{c}__n_seeds")]
     if "trainable_parameters" in table.columns and "trainable_parameters" not in keys and "trainable_parameters" not in columns:
         aggs.append(pl.col("trainable_parameters").max())
     out = table.group_by(keys, maintain_order=True).agg(*aggs, pl.len().alias("n_seeds"))

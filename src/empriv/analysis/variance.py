@@ -120,7 +120,8 @@ def summary_record(table, scores: list[str], main_unit: str = "record") -> dict:
     runs of the main privacy unit and main adaptation method, ``scores`` (those present), ``n_runs``; with several
     units, ``unit``, ``n_runs_all_units`` and ``by_unit`` (each unit, main method); with several methods,
     ``method``, ``n_runs_all_methods`` and ``by_method`` (each method, main unit). One unit and one method: exactly
-    the keys it had before units and methods existed."""
+    the keys it had before units and methods existed. The analyze stage adds ``table8`` (the analysis' Table 8 of
+    its primary score, :func:`table8`), which :func:`format_summary_record` prints under the main table."""
     import polars as pl
 
     from empriv.analysis.table import main_method, table_methods
@@ -149,6 +150,8 @@ def format_summary_record(summary: dict) -> str:
     privacy unit and per other adaptation method, each under a heading."""
     scores = summary["scores"]
     parts = [format_summary(summary["per_epsilon"], scores)]
+    if (summary.get("table8") or {}).get("per_epsilon"):
+        parts[0] += "\n" + format_table8(summary["table8"])
     heads = []
     if summary.get("by_unit"):
         heads.append(f"unit {summary.get('unit')}")
@@ -162,6 +165,36 @@ def format_summary_record(summary: dict) -> str:
                 continue
             parts.append(f"[{kind} {name}]\n" + format_summary(per, scores))
     return "\n\n".join(parts)
+
+
+def format_table8(table8: dict) -> str:
+    """One line per ε of the research's Table 8 for ``table8["score"]`` (:func:`table8`): std of the configuration
+    means vs mean std across seeds and their ratio, over the configurations kept by the retention rule, then over
+    every configuration (the numbers of the table above) when ``all`` is there."""
+    s = table8["score"]
+
+    def part(d: dict, said: str | None = None) -> str:
+        text = f"{_g(d['hyperparameter'])} vs {_g(d['randomness'])} "
+        if d.get("ratio") is not None:
+            return text + f"(ratio {d['ratio']:.2f})"
+        return text + ("(ratio n/a)" if d.get("ratio_reason") == said else f"(ratio n/a: {d.get('ratio_reason')})")
+
+    def seeds(d: dict) -> str:
+        lo, hi = d.get("n_seeds_min"), d.get("n_seeds_max")
+        return "no seed" if hi is None else f"{lo} seed{'s' if hi > 1 else ''}" if lo == hi else f"{lo}–{hi} seeds"
+
+    lines = []
+    for eps, d in table8["per_epsilon"].items():
+        line = f"ε = {eps}: configuration vs seed std of {s}: {part(d)} over the {d['n_configs']} configuration(s) " \
+               f"kept by the retention rule ({seeds(d)} each)"
+        if d.get("all"):
+            line += f"; all {d['all']['n_configs']} configurations: {part(d['all'], d.get('ratio_reason'))}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _g(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
 
 
 # ----------------------------------------------------------------------------- Fig. 2 and Table 8
@@ -201,19 +234,100 @@ def seed_vs_configuration(configs, score: str, by: str = "epsilon") -> dict:
     """The research's Table 8, per ε: ``randomness`` = mean over configurations of the seed standard deviation
     (configurations with one seed have none and are left out; None if no configuration has two seeds),
     ``hyperparameter`` = standard deviation of the configuration means; with the counts behind each (configurations
-    without a value of ``score`` are left out: ``n_configs`` counts those with one, ``n_configs_without_value`` the rest)."""
+    without a value of ``score`` are left out: ``n_configs`` counts those with one, ``n_configs_without_value`` the rest).
+
+    ``ratio`` = hyperparameter / randomness (the research found about 2: seeds move a score about half as much as
+    hyperparameters do), None with the reason in ``ratio_reason`` when either is undefined or the seed std is 0;
+    ``n_seeds_min`` / ``n_seeds_max``: the fewest and most seeds with a value in one configuration (from the
+    ``<score>__n_seeds`` column of :func:`empriv.analysis.table.config_table`, else ``n_seeds``), ``n_runs`` their sum."""
     import polars as pl
 
     out = {}
     std_col = f"{score}__seed_std"
+    n_col = f"{score}__n_seeds" if f"{score}__n_seeds" in configs.columns else "n_seeds"
     for key in sorted(configs[by].unique().to_list()):
         g = configs.filter(pl.col(by) == key)
-        means = [float(v) for v in g[score].cast(pl.Float64).fill_nan(None).drop_nulls().to_list()]
+        has = g.filter(pl.col(score).cast(pl.Float64).fill_nan(None).is_not_null())
+        means = [float(v) for v in has[score].cast(pl.Float64).to_list()]
         seeds = [float(v) for v in g[std_col].cast(pl.Float64).fill_nan(None).drop_nulls().to_list()] if std_col in g.columns else []
+        counts = [int(v) for v in has[n_col].to_list()] if n_col in has.columns else []
+        randomness, hyperparameter = (sum(seeds) / len(seeds) if seeds else None), _std(means)
+        ratio, reason = table8_ratio(hyperparameter, randomness, len(means), max(counts, default=0))
         out[epsilon_label(key) if by == "epsilon" else str(key)] = {
-            "randomness": sum(seeds) / len(seeds) if seeds else None,
-            "hyperparameter": _std(means),
-            "n_configs": len(means), "n_configs_with_seed_std": len(seeds), "n_configs_without_value": g.height - len(means)}
+            "randomness": randomness, "hyperparameter": hyperparameter,
+            "n_configs": len(means), "n_configs_with_seed_std": len(seeds), "n_configs_without_value": g.height - len(means),
+            "ratio": ratio, "ratio_reason": reason,
+            "n_seeds_min": min(counts) if counts else None, "n_seeds_max": max(counts) if counts else None,
+            "n_runs": sum(counts)}
+    return out
+
+
+def table8_ratio(hyperparameter: float | None, randomness: float | None, n_configs: int,
+                 max_seeds: int) -> tuple[float | None, str | None]:
+    """Std across configurations over mean std across seeds, or (None, why not)."""
+    if n_configs < 2:
+        return None, f"{n_configs} configuration(s) with a value: no std across configurations"
+    if randomness is None:
+        return None, ("one seed per configuration: no std across seeds" if max_seeds < 2
+                      else "no configuration has two seeds with a value: no std across seeds")
+    if randomness == 0:
+        if hyperparameter == 0:
+            return None, "the score is constant (both standard deviations are 0)"
+        return None, "the std across seeds is 0 (every configuration gives one value on all its seeds)"
+    return hyperparameter / randomness, None
+
+
+def table8(configs, score: str | None, *, configs_all=None) -> dict:
+    """Table 8 of one score (the report's primary): per ε, :func:`seed_vs_configuration` of the configurations
+    (those kept by the retention rule in the analysis) and, under ``all``, of ``configs_all`` (every configuration,
+    before the rule) when given. ``{}`` without a score."""
+    if not score:
+        return {}
+    kept = seed_vs_configuration(configs, score)
+    every = seed_vs_configuration(configs_all, score) if configs_all is not None else {}
+    per = {}
+    for label in sorted(set(kept) | set(every), key=_label_order):
+        entry = dict(kept.get(label) or _empty_table8())
+        if configs_all is not None:
+            entry["all"] = every.get(label) or _empty_table8()
+        per[label] = entry
+    return {"score": score, "per_epsilon": per}
+
+
+def _empty_table8() -> dict:
+    return {"randomness": None, "hyperparameter": None, "n_configs": 0, "n_configs_with_seed_std": 0,
+            "n_configs_without_value": 0, "ratio": None, "ratio_reason": "no configuration kept at this ε",
+            "n_seeds_min": None, "n_seeds_max": None, "n_runs": 0}
+
+
+def _label_order(label: str) -> float:
+    return math.inf if label == "inf" else float(label)
+
+
+def jitter_points(configs, score: str, *, seed: int = 0, width: float = 0.15) -> list[dict]:
+    """The points of the research's Fig. 2 for one score: one per configuration with a value (its seed mean), at
+    x = index of its ε (ε sorted, ∞ last) plus a uniform jitter in [−width, width] drawn from a generator seeded with
+    ``seed`` over the configurations in a fixed order (ε, b, T, η, group) — the same table gives the same picture.
+    Each point carries its configuration, seed std and seed count and its ε's ``std`` across configurations."""
+    import numpy as np
+    import polars as pl
+
+    cols = [c for c in ("epsilon", "batch_size", "steps", "learning_rate", "group") if c in configs.columns]
+    t = configs.with_columns(pl.col(score).cast(pl.Float64).fill_nan(None).alias("__y")).filter(
+        pl.col("__y").is_not_null()).sort(cols)
+    eps = sorted(t["epsilon"].unique().to_list())
+    stds = {e: _std([float(v) for v in t.filter(pl.col("epsilon") == e)["__y"].to_list()]) for e in eps}
+    rng = np.random.default_rng(seed)
+    jitter = rng.uniform(-width, width, size=t.height)
+    std_col, n_col = f"{score}__seed_std", f"{score}__n_seeds"
+    out = []
+    for j, r in zip(jitter, t.iter_rows(named=True)):
+        i = eps.index(r["epsilon"])
+        out.append({"score": score, "epsilon": epsilon_label(r["epsilon"]), "config": r.get("group"),
+                    "batch_size": r.get("batch_size"), "steps": r.get("steps"), "learning_rate": r.get("learning_rate"),
+                    "value": float(r["__y"]), "seed_std": _nan_none(r.get(std_col)),
+                    "n_seeds": r.get(n_col, r.get("n_seeds")), "x": i + float(j), "jitter": float(j),
+                    "std": stds[r["epsilon"]]})
     return out
 
 

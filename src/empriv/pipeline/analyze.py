@@ -69,6 +69,8 @@ def main(params: Params) -> dict:
     adaptation = analyze_adaptation_audit(paths.ADAPTATION_AUDIT_DIR, paths.ADAPTATION_AUDIT_TABLE)
     if adaptation is not None:
         analysis["adaptation_audit"] = adaptation
+    if analysis.get("table8"):  # `empriv summary` prints it under the table: Table 8 of the primary score per ε
+        summary["table8"] = analysis["table8"]
     if len(units) > 1:
         analysis["notes"].append(f"privacy units {', '.join(units)}: this analysis covers the {main_unit} runs; every "
                                  "unit's per-ε summary is in the 'Record- vs user-level' table and metrics/summary.json")
