@@ -268,3 +268,14 @@ def test_a_cpu_scaled_twin_of_the_gpt2s_preset_trains_and_scores_through_the_pip
     score = json.loads((work / "records/score/record/lora/eps8-b16-T2-lr0.003-s0.json").read_text())
     assert math.isfinite(score["test_nll"]) and score["n_secrets"] >= 1
     assert json.loads((work / "records/filter.json").read_text())["enabled"] is False
+
+
+@needs_shared_data
+def test_docs_gpu_md_shows_the_plans_printed_at_this_commit():
+    """docs/gpu.md section 5 prints the research presets' plans: they change only with the code (rerun the plan
+    and paste its lines when this fails)."""
+    doc = (ROOT / "docs" / "gpu.md").read_text()
+    for name in RESEARCH:
+        text = format_plan(plan_preset(name, ROOT))
+        shown = [line for line in text.splitlines() if not line.startswith(("ESTIMATE", "assumptions", "measured here"))]
+        assert "\n".join(shown) in doc, name
