@@ -7,6 +7,7 @@
     empriv audit ...                 ε lower bounds from audit counts (epsilon, clopper-pearson)
     empriv analyze select ...        Algorithm 1's pick from a run table, and the baselines'
     empriv study run PRESET          run presets/PRESET.yaml end to end in .studies/PRESET → results/PRESET
+    empriv study plan PRESET         validate a preset; its run counts and estimated GPU hours and memory
     empriv sweep [--engine slurm]    one job per matrix item (locally or on SLURM via submitit), then one dvc.lock
 
     empriv --debug …                 show the traceback of an error (user errors are one line each otherwise)
@@ -80,6 +81,14 @@ def _study(args) -> int:
         print(error_lines(err), file=sys.stderr)
         return 2
     print(json.dumps(study, indent=2))
+    return 0
+
+
+def _study_plan(args) -> int:
+    from empriv.study_plan import format_plan, plan_preset
+
+    p = plan_preset(args.preset, Path(args.root), data_path=args.data_path)  # a ConfigError: one line each, exit 2
+    print(json.dumps(p, indent=2) if args.json else format_plan(p))
     return 0
 
 
@@ -162,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("--root", default=".", help="project root (default: the current directory)")
     sr.add_argument("--jobs", type=int, default=1, help="dvc repro --jobs (keep 1 on a 2-core machine)")
     sr.set_defaults(func=_study)
+    sp = st_sub.add_parser("plan", help="validate a preset and print its run counts and an ESTIMATE of its GPU hours "
+                           "and memory on one A100/H100 (arithmetic from FLOPs: see docs/gpu.md)")
+    sp.add_argument("preset", help="name of presets/<name>.yaml")
+    sp.add_argument("--data-path", default=None, help="override the preset's data.path (as study run)")
+    sp.add_argument("--root", default=".", help="project root (default: the current directory)")
+    sp.add_argument("--json", action="store_true", help="print the plan as JSON")
+    sp.set_defaults(func=_study_plan)
     sc = st_sub.add_parser("collect", help="copy a study's results from its worktree again (no run)")
     sc.add_argument("preset")
     sc.add_argument("--root", default=".")
