@@ -322,3 +322,13 @@ def test_summary_prints_table8_per_epsilon():
     after = format_summary_record(record)
     assert after.startswith(before.split("\n\n")[0]) and after.endswith(lines[1])
     assert "configuration vs seed std" not in before
+
+
+def test_format_summary_says_which_epsilons_were_not_searched(acr_runs):
+    """An ε whose runs are outside score.acr.epsilons shows 'not searched', not a missing entry or 0/0."""
+    scores = ["acr_mean", "acr_success_rate"]
+    no_search_at_2 = acr_runs.with_columns(
+        pl.when(pl.col("epsilon") == 2.0).then(None).otherwise(pl.col(c)).alias(c)
+        for c in ("acr_n_searched", "acr_n_success", "acr_success_rate"))
+    line = format_summary(summarize(no_search_at_2, scores), scores).splitlines()[-1]
+    assert "ε = 2: not searched; ε = inf: 4/45 (5 runs)" in line

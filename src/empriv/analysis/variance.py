@@ -110,8 +110,10 @@ def format_summary(summary: dict, scores: list[str]) -> str:
     searches = {eps: e["acr_searches"] for eps, e in summary.items() if e.get("acr_searches")}
     if searches:
         lines.append("ACR searches that found a prompt: " + "; ".join(
-            f"ε = {eps}: {d['n_success']}/{d['n_searched']} ({d['n_runs']} runs)" for eps, d in searches.items())
-            + " — acr_mean/acr_max are over these successes only; a failed search has no value (only an upper bound)")
+            f"ε = {eps}: {searches[eps]['n_success']}/{searches[eps]['n_searched']} ({searches[eps]['n_runs']} runs)"
+            if eps in searches else f"ε = {eps}: not searched" for eps in summary)
+            + " — acr_mean/acr_max are over these successes only; a failed search has no value (only an upper bound);"
+              " 'not searched': no run of that ε is in score.acr.epsilons / training_seeds")
     return "\n".join(lines)
 
 
