@@ -71,7 +71,6 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-
 def greedy_text(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
     from empriv.models.lm import sample_continuations
 
