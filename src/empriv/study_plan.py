@@ -29,6 +29,7 @@ Nothing here was measured on a GPU (the project has none). The estimate is arith
 - **Secrets**: the research's counts where the secrets come from a model-based filter that has not run yet
   (Enron: 69 mined candidates, 13 kept; TOFU: 200 authors' pairs, 52 kept; appendix B.6), their token length
   secrets.ngram for mined Enron secrets.
+- **Memory** of the filter stage: one non-private model and the base, in fp32 (it loads the runs one at a time).
 - **Memory** of a training run (docs/gpu.md section 4): fixed = weights (fp32) + their bf16 copy + gradient, Adam
   moments and clipped sum of the trainable parameters; per example of the micro-batch = activations
   (layers · seq_len · (34 d + 5 h · seq_len) bytes in bf16, ×2 in fp32) + logits (seq_len · V · 10 bytes) + the
@@ -263,7 +264,8 @@ def plan(params: Params) -> dict:
         "table": table,
         "total": {k: sum(r[k] for r in table) for k in ("runs", "pflop", "A100_h_total", "H100_h_total")},
         "memory": memory,
-        "filter_models_gb": len(nonprivate) * model_bytes / 1e9 if params.secrets.filter else 0.0,
+        # the filter loads the non-private runs one at a time: peak one of them and the base (fp32)
+        "filter_peak_gb": 2 * model_bytes / 1e9 if params.secrets.filter else 0.0,
         "cpu": {"flops_per_s": cpu, "study_cpu_years": total_flops / cpu / 3600 / 24 / 365, **CPU_STEP},
     }
 
@@ -302,9 +304,9 @@ def format_plan(p: dict) -> str:
             "does not fit 80 GB even at micro-batch 1"
         lines.append(f"memory per {method} training run: {m['fixed_gb']:.1f} GB fixed + {m['per_example_gb']:.2f} GB "
                      f"per example: {fit}")
-    if p["filter_models_gb"]:
-        lines.append(f"filter: holds the {c['train_nonprivate']} non-private models at once, ~{p['filter_models_gb']:,.0f} GB"
-                     + (" (fp32, in one process: more than a workstation holds)" if p["filter_models_gb"] > 256 else ""))
+    if p["filter_peak_gb"]:
+        lines.append(f"filter: loads the {c['train_nonprivate']} non-private models one at a time: one of them and the "
+                     f"base, ~{p['filter_peak_gb']:,.1f} GB (fp32)")
     cpu = p["cpu"]
     lines.append(f"assumptions: 6N (full) / 4N (adapters) FLOPs per token, x{DP_OVERHEAD['full']} / x{DP_OVERHEAD['adapter']} "
                  f"when private; tokens = b*T*seq_len; peak bf16 312 (A100) / 989 (H100), fp32 19.5 / 67 TFLOP/s; "

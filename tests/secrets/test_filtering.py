@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from empriv.config import ConfigError, parse_params
 from empriv.models.tokenizer import train_bpe
 from empriv.secrets.filtering import filter_secrets, greedy_text
@@ -83,7 +84,7 @@ def test_verbatim_filters_keep_what_the_nonprivate_model_reproduces_and_the_base
         _filter(_params(True), secrets, [], base, tok)
 
 
-def test_genre_filter_keeps_pairs_every_nonprivate_model_reveals(tok):
+def test_genre_filter_keeps_pairs_every_nonprivate_model_reveals(tok, monkeypatch):
     model = _trained_on(tok, QA)
     assert "mystery" in greedy_text(model, tok, "Question: What genre does Ann Lee write in?\nAnswer:", 20)
     genre = [{"id": "author-000", "kind": "author_genre", "name": "Ann Lee", "genre": "mystery"},
@@ -92,3 +93,110 @@ def test_genre_filter_keeps_pairs_every_nonprivate_model_reveals(tok):
     assert [s["id"] for s in kept] == ["author-000"]
     assert record["filters"][0] == {"name": "revealed by every non-private model (greedy)", "ran": True,
                                     "removed": 1, "models": 2}
+    # loaded one at a time: the same pairs kept, the same record; the pair model 0 does not reveal is not asked of model 1
+    loaders = CountingLoaders([model, model])
+    asked = []
+    import empriv.secrets.filtering as filtering
+
+    greedy = filtering.greedy_text
+    monkeypatch.setattr(filtering, "greedy_text", lambda m, t, p, n: asked.append(p) or greedy(m, t, p, n))
+    assert _filter(_params(True), genre, loaders.lazy(), None, tok) == (kept, record)
+    assert loaders.order == [0, 1] and loaders.alive_at_load == [0, 0] and len(asked) == 3
+
+
+class CountingLoaders:
+    """One loader per model of ``models``: each load is a deep copy (a fresh model, as the stage's loads from disk
+    are), tracked by a weak reference, so the test sees which copies are still alive when the next one loads."""
+
+    def __init__(self, models):
+        self.models, self.order, self.alive_at_load, self._refs = models, [], [], []
+
+    def alive(self) -> int:
+        return sum(r() is not None for r in self._refs)
+
+    def load(self, i: int):
+        import copy
+        import weakref
+
+        self.alive_at_load.append(self.alive())
+        self.order.append(i)
+        model = copy.deepcopy(self.models[i])
+        self._refs.append(weakref.ref(model))
+        return model
+
+    def lazy(self):
+        from functools import partial
+
+        from empriv.secrets.filtering import LazyModels
+
+        return LazyModels([partial(self.load, i) for i in range(len(self.models))])
+
+
+def test_lazy_models_hold_one_model_at_a_time_and_filter_as_the_eager_list(tok, monkeypatch):
+    import gc
+
+    import empriv.secrets.filtering as filtering
+    from tiny_models import train_on_sequences
+
+    def memorising(*texts, seed=0):
+        model = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=32, n_head=2, n_layer=1, n_positions=64, seed=seed)
+        g = torch.Generator().manual_seed(seed)
+        seqs = [torch.randint(0, tok.vocab_size, (i % 9,), generator=g).tolist() + tok.encode(texts[i % len(texts)])
+                for i in range(8 * len(texts))]
+        train_on_sequences(model, seqs, tok.eos_id, 150)
+        return model
+
+    # run 0 and run 2 reproduce both secrets, run 1 only SECRET: OTHER fails the verbatim filter at run 1
+    models = [memorising(SECRET, OTHER), memorising(SECRET, seed=1), memorising(SECRET, OTHER, seed=2)]
+    base = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=32, n_head=2, n_layer=1, n_positions=64, seed=1)
+    secrets = [_record("a", SECRET), _record("b", OTHER)]
+    params = _params(True, acr_min_finetuned=1.0)
+    asked = []  # (base or not, secret id) of every verbatim test (holding no reference to the model)
+    verbatim = filtering.reproduces_verbatim
+    monkeypatch.setattr(filtering, "reproduces_verbatim",
+                        lambda m, t, s: asked.append((m is base, s["id"])) or verbatim(m, t, s))
+    eager_kept, eager_record = _filter(params, secrets, models, base, tok)
+    assert [s["id"] for s in eager_kept] == ["a"] and eager_record["filters"][0]["removed"] == 1
+
+    loaders = CountingLoaders(models)
+    asked.clear()
+    kept, record = _filter(params, secrets, loaders.lazy(), base, tok)
+    assert kept == eager_kept and record == eager_record
+    # each run loaded once, the first one last (it stays loaded for the ACR search), never two at a time
+    assert loaders.order == [1, 2, 0] and loaders.alive_at_load == [0, 0, 0]
+    gc.collect()
+    assert loaders.alive() == 0
+    # run 1 dropped OTHER: the runs after it were asked about SECRET only
+    finetuned = [sid for is_base, sid in asked if not is_base]
+    assert finetuned == ["a", "b", "a", "a"]
+
+    # once no secret is left, no further run is loaded
+    loaders = CountingLoaders(models)
+    with pytest.raises(ConfigError, match="removed all 1 secrets"):
+        _filter(params, [_record("b", OTHER)], loaders.lazy(), base, tok)
+    assert loaders.order == [1]
+    with pytest.raises(ValueError, match="must be a sequence"):
+        _filter(params, secrets, iter(models), base, tok)
+
+
+def test_the_stage_checks_every_nonprivate_run_before_loading_any(tmp_path, monkeypatch):
+    import re
+
+    import empriv.models.adapters as adapters
+    from empriv.pipeline.filter import nonprivate_models
+
+    params = parse_params({"secrets": {"filter": True},
+                           "cube": {"epsilon": [8, "inf"], "batch_size": [8], "steps": [1], "learning_rate": [0.01],
+                                    "seed": [0, 1]}})
+    runs = [r for r in params.runs() if not r.private]
+    assert len(runs) == 2 and len(params.runs()) == 4
+    loads = []
+    monkeypatch.setattr(adapters, "load_finetuned", lambda path, base: loads.append(path) or object())
+    (tmp_path / runs[0].file_stem).mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"the non-private run {runs[1].name} must be trained first")):
+        nonprivate_models(params, tmp_path)
+    (tmp_path / runs[1].file_stem).mkdir(parents=True)
+    models = nonprivate_models(params, tmp_path)
+    assert len(models) == 2 and loads == []  # nothing loaded until the filters reach a run
+    models[1]
+    assert loads == [tmp_path / runs[1].file_stem]

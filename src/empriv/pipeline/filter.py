@@ -1,9 +1,11 @@
 """filter: the model-based secret filters (appendix B.6) after the cube's non-private runs →
 data/secrets_filtered.jsonl and records/filter.json (ids and counts, never text).
 
-This module loads the models (the base and every ε = ∞ run of the cube) and builds the ACR scorer from
-:mod:`empriv.score.acr` with the ``score.acr`` settings; :func:`empriv.secrets.filtering.filter_secrets`
-decides. With ``secrets.filter: false`` no model is loaded and the secrets pass through.
+This module checks that every ε = ∞ run of the cube has been trained, loads the base, and builds the ACR scorer
+from :mod:`empriv.score.acr` with the ``score.acr`` settings; :func:`empriv.secrets.filtering.filter_secrets`
+decides, loading the non-private runs one at a time (:class:`~empriv.secrets.filtering.LazyModels`): at most one
+fine-tuned model and the base are in memory at once. With ``secrets.filter: false`` no model is loaded and the
+secrets pass through.
 """
 
 from __future__ import annotations
@@ -31,17 +33,23 @@ def acr_scorer(params: Params, tokenizer):
     return acr
 
 
-def nonprivate_models(params: Params, runs_dir: Path = paths.RUNS_DIR) -> list:
-    from empriv.models.adapters import load_finetuned
+def nonprivate_models(params: Params, runs_dir: Path = paths.RUNS_DIR):
+    """The cube's ε = ∞ runs, in the cube's order, as a :class:`~empriv.secrets.filtering.LazyModels` (each run is
+    loaded only when the filters reach it). Every run's directory is checked here, before any model is loaded:
+    a missing one raises ``FileNotFoundError`` naming it."""
+    from functools import partial
 
-    models = []
+    from empriv.models.adapters import load_finetuned
+    from empriv.secrets.filtering import LazyModels
+
+    loaders = []
     for run in params.runs():
         if not run.private:
             path = Path(runs_dir) / run.file_stem
             if not path.exists():
                 raise FileNotFoundError(f"{path} (the non-private run {run.name} must be trained first)")
-            models.append(load_finetuned(path, paths.BASE_DIR))
-    return models
+            loaders.append(partial(load_finetuned, path, paths.BASE_DIR))
+    return LazyModels(loaders)
 
 
 def main(params: Params, secrets_path: str | Path = paths.SECRETS, out_path: str | Path = paths.FILTERED_SECRETS,
@@ -57,9 +65,9 @@ def main(params: Params, secrets_path: str | Path = paths.SECRETS, out_path: str
     if sp.filter:
         from empriv.pipeline.common import load_base, load_tokenizer
 
+        models = nonprivate_models(params)  # checks every run is there before anything is loaded
         tok = load_tokenizer()
         base = load_base()
-        models = nonprivate_models(params)
         acr = acr_scorer(params, tok)
     kept, record = filter_secrets(secrets, models, base, tok, enabled=sp.filter, acr_min_finetuned=sp.acr_min_finetuned,
                                   acr_max_base=sp.acr_max_base, acr=acr, air_template=params.score.air_template,
