@@ -125,10 +125,14 @@ def dvc_matrix_errors(raw: dict, params: Params, dvc_yaml: str | Path = DVC_YAML
 
 
 def validate_project(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Path = DVC_YAML) -> Params:
-    """The params file validated in full, then dvc.yaml's cube matrices against it; raises :class:`ConfigError`
-    with one line per problem. Touches no file."""
+    """The params file validated in full, then dvc.yaml's cube matrices against it, then the raw inputs' content
+    and the machine (:mod:`empriv.pipeline.input_checks`); raises :class:`ConfigError` with one line per problem.
+    Touches no output (``input_checks`` caches the corpus facts it computed under ``.empriv/``)."""
+    from empriv.pipeline.input_checks import input_errors
+
     params = load_params(params_path)
     errors = params.missing_inputs() + dvc_matrix_errors(read_yaml(params_path), params, dvc_yaml)
+    errors += input_errors(params, Path(params_path).resolve().parent)
     if errors:
         raise ConfigError(*errors)
     return params
