@@ -28,6 +28,14 @@ def _summary(args) -> int:
         print(f"error: {path} does not exist: run `make repro` (or `dvc repro`) first", file=sys.stderr)
         return 2
     summary = json.loads(path.read_text())
+    from empriv.pipeline.integrity import output_problems
+
+    problems = output_problems(args.root)  # runs whose model or record is gone or changed: the summary is stale
+    for problem in problems[:5]:
+        print(f"warning: {problem}", file=sys.stderr)
+    if len(problems) > 5:
+        print(f"warning: … and {len(problems) - 5} more outputs missing or changed (`dvc status` lists them)",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -129,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summary", help="print the per-ε statistics of every score (records/scores_by_epsilon.json) as a table")
     s.add_argument("--path", default="records/scores_by_epsilon.json")
     s.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    s.add_argument("--root", default=".", help="project root holding dvc.lock: a warning per run model or record that "
+                   "is missing or differs from its DVC hash")
     s.set_defaults(func=_summary)
     e = sub.add_parser("exps", help="experiments as a results table: the params that differ and the headline metrics "
                        "(parsed from `dvc exp show --json`)")

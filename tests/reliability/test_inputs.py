@@ -233,3 +233,30 @@ def test_corpus_facts_are_cached_by_the_files_identity(project, monkeypatch):
     path.write_text(path.read_text() + "\n")  # an edit: parsed again
     assert input_checks.input_errors(params, project.root) == [f"data.path: {path}: recomputed"]
     assert len(calls) == 1
+
+
+# --------------------------------------------------------------------------- row 9: outputs that cannot be written
+@pytest.mark.parametrize("stage", ["train", "audit"])
+def test_a_stage_that_cannot_write_its_record_fails_in_one_line_before_training(project, stage):
+    blocker = project.root / "records" / stage
+    blocker.parent.mkdir(exist_ok=True)
+    blocker.write_text("a file where the records directory should be\n")  # (chmod would not stop root)
+    before = snapshot(project.root)
+    proc = project.run(sys.executable, "-m", f"empriv.pipeline.{stage}", "--name", "eps8-b8-T1-lr0.01-s0", "--epsilon",
+                       "8", "--batch-size", "8", "--steps", "1", "--learning-rate", "0.01", "--seed", "0")
+    line = project.fails_with_one_line(proc, before)
+    assert line.startswith(f"error: records/{stage}/record/full: cannot write eps8-b8-T1-lr0.01-s0.json there "), line
+    assert "nothing was run (allowed: a writable directory" in line
+
+
+def test_ensure_writable_as_a_user_without_permission(tmp_path):
+    from empriv.config import ConfigError
+    from empriv.io import ensure_writable
+
+    ensure_writable(tmp_path / "a" / "b" / "x.json")  # created as needed
+    assert (tmp_path / "a" / "b").is_dir() and not list((tmp_path / "a" / "b").iterdir())
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere: the permission case needs another user")
+    (tmp_path / "ro").mkdir(mode=0o555)
+    with pytest.raises(ConfigError, match=r"ro: cannot write x.json there \(Permission denied\)"):
+        ensure_writable(tmp_path / "ro" / "x.json")
