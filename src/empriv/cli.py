@@ -71,6 +71,10 @@ def _validate(args) -> int:
         fixed = fix_inputs(args.params)
         print(f"{args.params}: inputs " + ("already up to date" if fixed is None else f"set to {fixed}"))
     params = validate_project(args.params, args.dvc_yaml)  # a ConfigError: one line per problem, exit 2 (main)
+    if args.fill_defaults:
+        from empriv.pipeline.validate import fill_defaults, report_filled
+
+        report_filled(args.params, fill_defaults(args.params, args.dvc_yaml))
     print(f"{args.params}: valid ({len(params.runs())} configurations in the cube, "
           f"{len(params.audit_runs())} in the audit cube)")
     return 0
@@ -157,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(skipped when the file does not exist)")
     v.add_argument("--fix-inputs", action="store_true", help="first set the params file's inputs (the raw files DVC "
                    "tracks) to those data.path, secrets.overrides and a local base.name name; comments are kept")
+    v.add_argument("--fill-defaults", action="store_true", help="then write into the params file the defaults of "
+                   "the keys dvc.yaml's stages read that it leaves out (DVC sees a missing key as changed; make repro "
+                   "and the validate stage do this)")
     v.set_defaults(func=_validate)
     w = sub.add_parser("wandb-write", help="write the offline W&B runs whose journals changed (the analyze stage "
                        "does this; e.g. after `dvc repro train@…` alone)")

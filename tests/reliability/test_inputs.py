@@ -260,3 +260,27 @@ def test_ensure_writable_as_a_user_without_permission(tmp_path):
     (tmp_path / "ro").mkdir(mode=0o555)
     with pytest.raises(ConfigError, match=r"ro: cannot write x.json there \(Permission denied\)"):
         ensure_writable(tmp_path / "ro" / "x.json")
+
+
+# --------------------------------------------------------------------------- row 7: params shapes DVC itself reads
+def test_a_scalar_cube_axis_is_one_line_from_validate_which_make_repro_runs_before_any_dvc_call(project):
+    """`cube.epsilon: 64` breaks DVC's own parser of dvc.yaml's matrix before any stage (validate included) runs. The
+    choice: `make repro` runs `empriv validate` before any DVC call, and docs/pipeline.md says plain `dvc repro` needs
+    lists."""
+    from reliability_project import ROOT
+
+    project.set("cube.epsilon", 64)
+    before = snapshot(project.root)
+    line = project.fails_with_one_line(project.validate(), before)
+    assert line.startswith("error: cube.epsilon: not a list (got 64; allowed: a list of ε values"), line
+    recipe, in_repro = [], False
+    for text in (ROOT / "Makefile").read_text().splitlines():
+        if text.startswith("repro:"):
+            in_repro = True
+        elif in_repro and text.startswith("\t"):
+            recipe.append(text.strip())
+        elif in_repro and text.strip():
+            break
+    calls = [c for c in recipe if "dvc" in c.split()[0] or c.split()[0].endswith("empriv")]
+    assert calls[0].startswith("$(BIN)/empriv validate"), recipe
+    assert "plain `dvc repro` needs lists" in " ".join((ROOT / "docs" / "pipeline.md").read_text().split())
