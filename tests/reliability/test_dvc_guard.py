@@ -26,7 +26,8 @@ DVC_YAML = """stages:
         - .empriv/params.ok
         - ${item}
       outs:
-        - data/inputs/${key}/fingerprint.json
+        - data/inputs/${key}/fingerprint.json:
+            persist: true
   prepare:
     cmd: python -c "import pathlib; pathlib.Path('prepared.txt').write_text(open('emails.csv').read()[:40])"
     deps:
@@ -71,9 +72,11 @@ def test_dvc_repro_stops_before_the_stage_that_reads_a_bad_corpus(tmp_path):
     params["data"]["n_train"] = 30
     (work / "params.yaml").write_text(yaml.safe_dump(params))
     dvc("repro")
+    fingerprint = (work / "data/inputs/corpus/fingerprint.json").read_bytes()
     corpus.write_bytes(b"\x1f\x8b" + bytes(range(256)) * 4)  # the file, edited in place: input@corpus stops it
     proc = dvc("repro", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Running stage 'prepare'" not in proc.stdout, out
     assert "error: data.path: emails.csv: gzip-compressed file, not an Enron corpus" in out
     assert (work / "prepared.txt").read_bytes() == prepared
+    assert (work / "data/inputs/corpus/fingerprint.json").read_bytes() == fingerprint  # persist: not deleted either
