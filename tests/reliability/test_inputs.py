@@ -284,3 +284,55 @@ def test_a_scalar_cube_axis_is_one_line_from_validate_which_make_repro_runs_befo
     calls = [c for c in recipe if "dvc" in c.split()[0] or c.split()[0].endswith("empriv")]
     assert calls[0].startswith("$(BIN)/empriv validate"), recipe
     assert "plain `dvc repro` needs lists" in " ".join((ROOT / "docs" / "pipeline.md").read_text().split())
+
+
+# --------------------------------------------------------------------------- the same checks, in process
+def _params(**sections):
+    from empriv.config import parse_params
+
+    from reliability_project import CUBE
+
+    return parse_params({"cube": CUBE, **sections})
+
+
+def test_a_maildir_with_too_few_emails_and_the_other_tofu_shapes(tmp_path, monkeypatch):
+    from empriv.pipeline.input_checks import input_errors
+
+    monkeypatch.chdir(tmp_path)
+
+    for i in range(3):
+        mail = tmp_path / "maildir" / "allen-p" / "sent" / f"{i}."
+        mail.parent.mkdir(parents=True, exist_ok=True)
+        mail.write_text(email(i))
+    assert input_errors(_params(data={"source": "enron", "path": "maildir"}), tmp_path, None) == [
+        "data.path: maildir: the corpus gives 3 cleaned training e-mails (3 rows read; 3 e-mails parsed; 3 kept by "
+        "cleaning), fewer than data.n_train's minimum 10 (allowed: a corpus with at least 10 cleaned training e-mails)"]
+    (tmp_path / "t.jsonl").write_text('{"question": "q", "answer": "a"}\n{"question": "q",\n')
+    (tmp_path / "t.bin").write_bytes(b"\0\1\2" * 100)
+    (tmp_path / "t19.json").write_text("[" + ",".join(['{"question": "q", "answer": "a"}'] * 19) + "]")
+    (tmp_path / "t60.json").write_text("[" + ",".join(['{"question": "q", "answer": "a"}'] * 60) + "]")
+    expected = {
+        "t.jsonl": "data.path: t.jsonl: line 2: not valid JSON (allowed: a TOFU .json (a list of {question, answer} "
+                   "records, or a Hugging Face export) or .jsonl file, one record per line)",
+        "t.bin": "data.path: t.bin: a binary file, not a TOFU corpus (allowed: a TOFU .json",
+        "maildir": "data.path: maildir: a directory, not a TOFU file (allowed: a TOFU .json",
+        "t19.json": "data.path: t19.json: 19 records, not a positive multiple of 20",
+        "t60.json": "data.path: t60.json: 3 authors: the author split (first 90% train) leaves no test author "
+                    "(allowed: at least 5 authors, 100 records)",
+    }
+    for name, start in expected.items():
+        lines = input_errors(_params(data={"source": "tofu", "path": name}), tmp_path, None)
+        assert len(lines) == 1 and lines[0].startswith(start), (name, lines)
+
+
+def test_device_checks_name_what_this_machine_has(monkeypatch):
+    from empriv.pipeline import input_checks
+
+    monkeypatch.setattr(input_checks, "cuda_devices", lambda: 2)
+    assert input_checks.device_errors(_params(runtime={"device": "cuda:1"})) == []
+    assert input_checks.device_errors(_params(runtime={"device": "cuda:2"})) == [
+        "runtime.device: 'cuda:2' but this machine has 2 CUDA GPU(s) (allowed here: auto, cpu, cuda:0 … cuda:1)"]
+    if sys.platform != "darwin":
+        assert input_checks.device_errors(_params(runtime={"device": "mps"})) == [
+            "runtime.device: 'mps' but this machine has no Apple GPU (allowed here: auto or cpu)"]
+    assert input_checks.device_errors(_params(runtime={"device": "auto"})) == []
