@@ -88,7 +88,13 @@ def opaque_unit_ids(keys: Sequence[str], prefix: str = "user") -> list[str]:
     return [f"{prefix}{order[k]:0{width}d}" for k in keys]
 
 
-MIN_N_TRAIN = 10  # DataParams.n_train's lower bound
+def _n_train_minimum() -> int:
+    from empriv.config import DataParams
+
+    return next(m.ge for m in DataParams.model_fields["n_train"].metadata if getattr(m, "ge", None) is not None)
+
+
+MIN_N_TRAIN = _n_train_minimum()  # DataParams.n_train's lower bound, defined there once
 
 
 def _take(rows: list, n: int, what: str, field_name: str) -> list:

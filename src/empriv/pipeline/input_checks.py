@@ -33,9 +33,9 @@ import sys
 from pathlib import Path
 
 from empriv.config import KNOWN_BASES, Params, is_local_base
+from empriv.data.prepare import MIN_N_TRAIN  # DataParams.n_train's lower bound
 
 CACHE = Path(".empriv/input_checks.json")
-MIN_N_TRAIN = 10  # DataParams.n_train's lower bound
 SNIFF_BYTES = 8192
 ENRON_ALLOWED = "the Kaggle emails.csv (a CSV with header file,message) or a CMU maildir directory"
 TOFU_ALLOWED = "a TOFU .json (a list of {question, answer} records, or a Hugging Face export) or .jsonl file"
