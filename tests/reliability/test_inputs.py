@@ -336,3 +336,25 @@ def test_device_checks_name_what_this_machine_has(monkeypatch):
         assert input_checks.device_errors(_params(runtime={"device": "mps"})) == [
             "runtime.device: 'mps' but this machine has no Apple GPU (allowed here: auto or cpu)"]
     assert input_checks.device_errors(_params(runtime={"device": "auto"})) == []
+
+
+def test_a_csv_without_the_enron_columns_and_prepares_own_advice(tmp_path, monkeypatch):
+    """The prepare stage's own check (a corpus validation did not see, e.g. checked before an edit) gives an
+    allowed value too, never `n_train <= 0`."""
+    from empriv.config import ConfigError
+    from empriv.data.prepare import _take
+    from empriv.pipeline.input_checks import input_errors
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "other.csv").write_text("name,value\na,1\n")
+    assert input_errors(_params(data={"source": "enron", "path": "other.csv"}), tmp_path, None) == [
+        "data.path: other.csv: the CSV header has no columns file and message (allowed: the Kaggle emails.csv (a CSV "
+        "with header file,message) or a CMU maildir directory)"]
+    with pytest.raises(ConfigError) as info:
+        _take([1], 10, "cleaned training emails", "data.n_train")
+    assert info.value.lines == ["data.n_train = 10 but the corpus has only 1 cleaned training emails, fewer than "
+                                "data.n_train's minimum 10 (allowed: a corpus with at least 10 cleaned training emails)"]
+    with pytest.raises(ConfigError) as info:
+        _take(list(range(36)), 100, "cleaned training emails", "data.n_train")
+    assert info.value.lines == ["data.n_train = 100 but the corpus has only 36 cleaned training emails (allowed: "
+                                "data.n_train <= 36)"]
