@@ -77,6 +77,6 @@ def test_dvc_repro_stops_before_the_stage_that_reads_a_bad_corpus(tmp_path):
     proc = dvc("repro", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Running stage 'prepare'" not in proc.stdout, out
-    assert "error: data.path: emails.csv: gzip-compressed file, not an Enron corpus" in out
+    assert "error: data.path: emails.csv: a gzip-compressed file, not an Enron corpus" in out
     assert (work / "prepared.txt").read_bytes() == prepared
     assert (work / "data/inputs/corpus/fingerprint.json").read_bytes() == fingerprint  # persist: not deleted either

@@ -173,8 +173,9 @@ def test_a_binary_file_as_the_enron_corpus_is_one_short_line(project, kind):
     _enron(project, path)
     before = snapshot(project.root)
     line = project.fails_with_one_line(project.validate(), before)
-    what = "gzip-compressed file" if kind == "gzip" else "a binary file"
+    what = "a gzip-compressed file" if kind == "gzip" else "a binary file"
     assert line.startswith(f"error: data.path: emails.csv: {what}, not an Enron corpus (allowed: "), line
+    assert line.endswith("; decompress or extract it first)" if kind == "gzip" else "maildir directory)"), line
     assert len(line) < 300 and line.isprintable()
 
 
@@ -358,3 +359,14 @@ def test_a_csv_without_the_enron_columns_and_prepares_own_advice(tmp_path, monke
         _take(list(range(36)), 100, "cleaned training emails", "data.n_train")
     assert info.value.lines == ["data.n_train = 100 but the corpus has only 36 cleaned training emails (allowed: "
                                 "data.n_train <= 36)"]
+
+
+def test_sniffed_kinds_read_as_phrases(tmp_path):
+    from empriv.pipeline.input_checks import _what, sniff
+
+    for head, phrase in ((b"%PDF-1.7\n", "a PDF file"), (b"PK\x03\x04", "a zip archive"), (b"\x1f\x8b\x08", "a gzip-compressed file"),
+                         (b"\0\0\0", "a binary file")):
+        (tmp_path / "f").write_bytes(head + b"x" * 100)
+        assert _what(sniff(tmp_path / "f")) == phrase
+    (tmp_path / "f").write_bytes("file,message\nnaïve café\n".encode("latin-1"))  # 8-bit text is text
+    assert sniff(tmp_path / "f") is None

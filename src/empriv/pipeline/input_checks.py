@@ -65,6 +65,13 @@ def sniff(path: Path) -> str | None:
     return None
 
 
+def _what(kind: str) -> str:
+    """A sniffed kind as a noun phrase: ``a binary file``, ``a gzip-compressed file``, ``a zip archive``."""
+    if kind == "binary" or kind.endswith("compressed"):
+        return f"a {kind} file"
+    return kind
+
+
 def _text_head(path: Path, n: int = 4096) -> str:
     with open(path, "rb") as fh:
         return fh.read(n).decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
@@ -90,9 +97,8 @@ def enron_facts(path: Path, top_n: int, seed: int) -> dict:
     if path.is_file():
         kind = sniff(path)
         if kind is not None:
-            return {"error": f"{kind} file, not an Enron corpus (allowed: {ENRON_ALLOWED}; decompress or extract "
-                             "an archive first)" if kind != "binary" else f"a binary file, not an Enron corpus "
-                             f"(allowed: {ENRON_ALLOWED})"}
+            hint = "" if kind == "binary" else "; decompress or extract it first"
+            return {"error": f"{_what(kind)}, not an Enron corpus (allowed: {ENRON_ALLOWED}{hint})"}
         head = _text_head(path)
         if not head.strip():
             return {"error": f"empty file (allowed: {ENRON_ALLOWED})"}
@@ -101,10 +107,9 @@ def enron_facts(path: Path, top_n: int, seed: int) -> dict:
                              "set data.source: tofu)"}
     try:
         emails, report = load_enron(path)
-    except csv.Error as err:  # broken quoting the csv module cannot recover from
-        line = str(err).split("line ")[-1].rstrip(")") if "line" in str(err) else "?"
-        return {"error": f"broken CSV at line {line}: a quoted field is not closed (allowed: {ENRON_ALLOWED}, "
-                         "fields quoted as csv writes them)"}
+    except csv.Error:  # quoting the csv module cannot read past (its message is not for users)
+        return {"error": f"a CSV whose quoting the csv reader cannot read (allowed: {ENRON_ALLOWED}, fields quoted "
+                         "as Python's csv module writes them)"}
     except ValueError as err:  # the header check
         if "header" in str(err):
             return {"error": f"the CSV header has no columns file and message (allowed: {ENRON_ALLOWED})"}
@@ -189,7 +194,7 @@ def tofu_facts(path: Path) -> dict:
         return {"error": f"a directory, not a TOFU file (allowed: {TOFU_ALLOWED})"}
     kind = sniff(path)
     if kind is not None:
-        return {"error": f"{'a binary' if kind == 'binary' else kind} file, not a TOFU corpus (allowed: {TOFU_ALLOWED})"}
+        return {"error": f"{_what(kind)}, not a TOFU corpus (allowed: {TOFU_ALLOWED})"}
     head = _text_head(path)
     if not head.strip():
         return {"error": f"empty file (allowed: {TOFU_ALLOWED})"}
