@@ -370,3 +370,25 @@ def test_sniffed_kinds_read_as_phrases(tmp_path):
         assert _what(sniff(tmp_path / "f")) == phrase
     (tmp_path / "f").write_bytes("file,message\nnaïve café\n".encode("latin-1"))  # 8-bit text is text
     assert sniff(tmp_path / "f") is None
+
+
+def test_a_permission_error_a_stage_meets_anyway_is_one_line(tmp_path, capsys, monkeypatch):
+    """What the up-front check cannot foresee (permissions changed during the run) is still one line, not a
+    traceback."""
+    import yaml
+
+    from empriv.stage import run_stage
+
+    from reliability_project import CUBE
+
+    monkeypatch.delenv("EMPRIV_DEBUG", raising=False)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"cube": CUBE}))
+
+    def main(params):
+        raise PermissionError(13, "Permission denied", "records/train/record/full/x.json")
+
+    with pytest.raises(SystemExit) as info:
+        run_stage(main, tmp_path / "params.yaml")
+    assert info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "error: [Errno 13] Permission denied: 'records/train/record/full/x.json'"
