@@ -75,7 +75,8 @@ def debug_enabled() -> bool:
 def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.yaml") -> None:
     """Load and validate params, then run ``main``. A user error — invalid params or inputs (:class:`ConfigError`),
     a missing input file, a file or directory it may not write, a library's ``ValueError`` naming a bad value —
-    exits 2 with one ``error: …`` line per problem and no traceback (``EMPRIV_DEBUG=1`` shows it); anything else is a bug and keeps its traceback."""
+    exits 2 with one ``error: …`` line per problem and no traceback (``EMPRIV_DEBUG=1`` shows it); anything else is
+    a bug and keeps its traceback."""
     import time
 
     started = time.time()
