@@ -53,13 +53,17 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@touch $@
 
 # validate first: DVC deletes a stage's outputs before the stage's own checks run, so a bad params.yaml
-# (or dvc.yaml cube matrix) must stop here, one line per problem, with every output untouched
+# (or dvc.yaml cube matrix, or raw input the params name: corpus, overrides, base; or runtime.device on this machine)
+# must stop here, one line per problem, with every output untouched. It runs before any DVC call, so a params shape
+# DVC's own parser rejects (cube.epsilon: 64, not a list) is reported here; plain `dvc repro` needs lists.
+# --fill-defaults writes back the defaults of keys a stage reads that params.yaml leaves out (DVC would see them as
+# changed and re-run those stages).
 # Every stage runs as an `empriv sweep --all` local job, in dependency order, sweep.jobs at a time (params: 2 jobs
 # x runtime.threads 1 on two cores), committed to dvc.lock in one go; `dvc repro` then checks that nothing is
 # left to do. `dvc repro` alone gives the same outputs, one stage at a time, rewriting dvc.lock after each
 # (docs/timing.md).
 repro: $(STAMP)
-	$(BIN)/empriv validate
+	$(BIN)/empriv validate --fill-defaults
 	$(BIN)/empriv sweep --engine local --all
 	$(BIN)/dvc repro
 	@$(BIN)/python -m empriv.warm --stop  # the warm worker of the model stages (docs/timing.md); it would idle 300 s

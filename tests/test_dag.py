@@ -113,7 +113,8 @@ def test_raw_inputs_are_dependencies_through_one_input_stage_each(dvc):
     assert not any(stage.get("always_changed") for stage in stages.values())
     body = stages["input"]["do"]
     assert stages["input"]["foreach"] == "${inputs}" and "${item}" in body["deps"]
-    assert body["outs"] == ["data/inputs/${key}/fingerprint.json"]
+    # persist: a file failing its content check (empriv.pipeline.input_checks) keeps the last good fingerprint
+    assert body["outs"] == [{"data/inputs/${key}/fingerprint.json": {"persist": True}}]
     assert "data/inputs/corpus" in stages["prepare"]["deps"]
     assert "data/inputs/overrides" in stages["secrets"]["deps"]
     assert "data/inputs/base" in stages["base"]["deps"] and "data/inputs/base" in stages["tokenizer"]["deps"]

@@ -725,3 +725,38 @@ def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_p
     assert any("lora_A" in n for n, _ in lora.named_parameters())
     assert AutoModelForCausalLM.from_pretrained(str(work / "models/base")).config.vocab_size == gpt2.vocab_size
     assert AutoModelForCausalLM.from_pretrained(str(work / "models/audit/record/lora" / audit)).config.vocab_size > gpt2.vocab_size  # + new-token canaries
+
+
+def test_a_train_stage_killed_mid_run_resumes_through_the_pipeline_counting_epsilon_once(repo, tmp_path):
+    """Issue 29: kill -9 during a train@ run with runtime.checkpoint_every, then `dvc repro train@…`: DVC deletes the
+    stage's outputs, not its checkpoints (.empriv/checkpoints), so the run resumes where it was and its ε is the
+    calibrated one (steps counted once); the checkpoints are gone afterwards."""
+    import signal
+    import time
+
+    work, env, _ = repo
+    killed = tmp_path / "killed"
+    shutil.copytree(work, killed, ignore=shutil.ignore_patterns("wandb", "warm"), symlinks=True)
+    point = {"epsilon": [8], "batch_size": [32], "steps": [300], "learning_rate": [0.01], "seed": [0]}
+    write_params(killed, {**TINY, "runtime": {**TINY["runtime"], "checkpoint_every": 10}, "cube": point})
+    _run(["dvc", "repro", "validate"], killed, env)
+    name = "eps8-b32-T300-lr0.01-s0"
+    ck = killed / ".empriv/checkpoints/train/record/full" / name
+    proc = subprocess.Popen([sys.executable, "-m", "empriv.pipeline.train", "--name", name, "--epsilon", "8",
+                             "--batch-size", "32", "--steps", "300", "--learning-rate", "0.01", "--seed", "0"],
+                            cwd=killed, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not list(ck.glob("step-*/meta.json")):
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before its first checkpoint"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    steps_done = max(int(p.parent.name.split("-")[1]) for p in ck.glob("step-*/meta.json"))
+    assert 0 < steps_done < 300 and not (killed / f"records/train/record/full/{name}.json").exists()
+    ran = _ran_stages(_run(["dvc", "repro", "train@8-32-300-0.01-0-record-full"], killed, env))
+    assert "train@8-32-300-0.01-0-record-full" in ran
+    record = json.loads((killed / f"records/train/record/full/{name}.json").read_text())
+    assert record["resumed_from_step"] >= steps_done and record["steps"] == 300
+    assert len(record["loss_curve"]) == 300  # every step once: the steps before the kill are not trained again
+    assert record["epsilon_prv"] == pytest.approx(8, rel=1e-3)  # the ε of 300 steps at the calibrated σ
+    assert not ck.exists()

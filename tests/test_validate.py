@@ -183,12 +183,24 @@ def test_files_the_params_name_must_exist_relative_to_the_params_file(tmp_path, 
 
 
 # --------------------------------------------------------------------------- raw inputs DVC tracks
+def _enron_csv(path: Path, n: int = 120) -> Path:
+    """An Enron CSV of ``n`` usable e-mails (one sender, one receiver, 40 words each): 100 training e-mails for 120."""
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["file", "message"])
+        for i in range(n):
+            w.writerow([f"a/sent/{i}.", f"Message-ID: <{i}>\nFrom: a@x.com\nTo: b@x.com\n\n"
+                                      + " ".join(f"w{i}x{k}" for k in range(40))])
+    return path
+
+
 def test_inputs_must_list_exactly_the_raw_files_the_params_name(tmp_path):
     from empriv.config import expected_inputs
     from empriv.pipeline.validate import validate_project
 
-    corpus = tmp_path / "emails.csv"
-    corpus.write_text("file,message\n")
+    corpus = _enron_csv(tmp_path / "emails.csv")
     raw = with_("data", {"source": "enron", "path": str(corpus), "n_train": 100})
     assert parse_params(raw).expected_inputs() == {"corpus": str(corpus)}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
@@ -213,8 +225,7 @@ def test_inputs_must_list_exactly_the_raw_files_the_params_name(tmp_path):
 def test_fix_inputs_rewrites_only_the_inputs_and_keeps_comments(tmp_path):
     from empriv.pipeline.validate import fix_inputs, validate_project
 
-    corpus = tmp_path / "emails.csv"
-    corpus.write_text("file,message\n")
+    corpus = _enron_csv(tmp_path / "emails.csv")
     text = yaml.safe_dump(with_("data", {"source": "enron", "path": str(corpus), "n_train": 100}), sort_keys=False)
     path = tmp_path / "params.yaml"
     path.write_text("# my study\n" + text)

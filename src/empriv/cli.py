@@ -29,6 +29,14 @@ def _summary(args) -> int:
         print(f"error: {path} does not exist: run `make repro` (or `dvc repro`) first", file=sys.stderr)
         return 2
     summary = json.loads(path.read_text())
+    from empriv.pipeline.integrity import output_problems
+
+    problems = output_problems(args.root)  # runs whose model or record is gone or changed: the summary is stale
+    for problem in problems[:5]:
+        print(f"warning: {problem}", file=sys.stderr)
+    if len(problems) > 5:
+        print(f"warning: … and {len(problems) - 5} more outputs missing or changed (`dvc status` lists them)",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -64,6 +72,10 @@ def _validate(args) -> int:
         fixed = fix_inputs(args.params)
         print(f"{args.params}: inputs " + ("already up to date" if fixed is None else f"set to {fixed}"))
     params = validate_project(args.params, args.dvc_yaml)  # a ConfigError: one line per problem, exit 2 (main)
+    if args.fill_defaults:
+        from empriv.pipeline.validate import fill_defaults, report_filled
+
+        report_filled(args.params, fill_defaults(args.params, args.dvc_yaml))
     print(f"{args.params}: valid ({len(params.runs())} configurations in the cube, "
           f"{len(params.audit_runs())} in the audit cube)")
     return 0
@@ -138,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summary", help="print the per-ε statistics of every score (records/scores_by_epsilon.json) as a table")
     s.add_argument("--path", default="records/scores_by_epsilon.json")
     s.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    s.add_argument("--root", default=".", help="project root holding dvc.lock: a warning per run model or record that "
+                   "is missing or differs from its DVC hash")
     s.set_defaults(func=_summary)
     e = sub.add_parser("exps", help="experiments as a results table: the params that differ and the headline metrics "
                        "(parsed from `dvc exp show --json`)")
@@ -156,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(skipped when the file does not exist)")
     v.add_argument("--fix-inputs", action="store_true", help="first set the params file's inputs (the raw files DVC "
                    "tracks) to those data.path, secrets.overrides and a local base.name name; comments are kept")
+    v.add_argument("--fill-defaults", action="store_true", help="then write into the params file the defaults of "
+                   "the keys dvc.yaml's stages read that it leaves out (DVC sees a missing key as changed; make repro "
+                   "and the validate stage do this)")
     v.set_defaults(func=_validate)
     w = sub.add_parser("wandb-write", help="write the offline W&B runs whose journals changed (the analyze stage "
                        "does this; e.g. after `dvc repro train@…` alone)")

@@ -25,6 +25,29 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def ensure_writable(*targets: str | Path) -> None:
+    """Fail now, in one line, when a stage could not write one of its outputs later (after minutes of training):
+    each target's directory (a file's or an atomic output directory's parent) is created if missing and a
+    temporary file is written there and removed. Raises :class:`empriv.config.ConfigError`."""
+    from empriv.config import ConfigError
+
+    problems = []
+    for target in targets:
+        where = Path(target).parent
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=where)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as err:
+            reason = err.strerror or type(err).__name__
+            problems.append(f"{where}: cannot write {Path(target).name} there ({reason}), so nothing was run (allowed: "
+                            f"a writable directory; fix its permissions, e.g. chmod u+w {where}, or remove what is in "
+                            f"the way)")
+    if problems:
+        raise ConfigError(*problems)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it onto ``path``, on error delete it."""

@@ -74,8 +74,9 @@ def debug_enabled() -> bool:
 
 def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.yaml") -> None:
     """Load and validate params, then run ``main``. A user error — invalid params or inputs (:class:`ConfigError`),
-    a missing input file, a library's ``ValueError`` naming a bad value — exits 2 with one ``error: …`` line per
-    problem and no traceback (``EMPRIV_DEBUG=1`` shows it); anything else is a bug and keeps its traceback."""
+    a missing input file, a file or directory it may not write, a library's ``ValueError`` naming a bad value —
+    exits 2 with one ``error: …`` line per problem and no traceback (``EMPRIV_DEBUG=1`` shows it); anything else is
+    a bug and keeps its traceback."""
     import time
 
     started = time.time()
@@ -84,7 +85,7 @@ def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.
         params = load_params(params_path)
         main(params)
         record_cost(started)
-    except (ConfigError, FileNotFoundError, ValueError) as err:
+    except (ConfigError, FileNotFoundError, PermissionError, ValueError) as err:
         if debug_enabled():
             raise
         print(error_lines(err), file=sys.stderr)

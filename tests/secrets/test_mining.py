@@ -89,10 +89,10 @@ def test_overrides_load_and_validate(tmp_path):
     assert load_overrides(path) == {"secret-00": ("Forwarded by", " Stacy B Dasovich/CAL/Enron")}
     assert load_overrides(None) == {}
     write_jsonl(path, [{"id": "a", "prompt": "x"}])
-    with pytest.raises(ConfigError, match=r"line 1: missing keys \['continuation'\]"):
+    with pytest.raises(ConfigError, match=r"line 1 \(id a\): missing key\(s\) continuation \(allowed: one JSON object"):
         load_overrides(path)
     write_jsonl(path, [{"id": "a", "prompt": "x", "continuation": "y"}, {"id": "b", "prompt": "", "continuation": "y"}])
-    with pytest.raises(ConfigError, match=r"line 2 \(id b\): prompt and continuation must be non-empty"):
+    with pytest.raises(ConfigError, match=r"line 2 \(id b\): prompt must be a non-empty string"):
         load_overrides(path)
 
 

@@ -88,9 +88,22 @@ def opaque_unit_ids(keys: Sequence[str], prefix: str = "user") -> list[str]:
     return [f"{prefix}{order[k]:0{width}d}" for k in keys]
 
 
+def _n_train_minimum() -> int:
+    from empriv.config import DataParams
+
+    return next(m.ge for m in DataParams.model_fields["n_train"].metadata if getattr(m, "ge", None) is not None)
+
+
+MIN_N_TRAIN = _n_train_minimum()  # DataParams.n_train's lower bound, defined there once
+
+
 def _take(rows: list, n: int, what: str, field_name: str) -> list:
     if len(rows) < n:
-        raise ConfigError(f"{field_name} = {n} but the corpus has only {len(rows)} {what}: set {field_name} <= {len(rows)}")
+        if len(rows) < MIN_N_TRAIN:  # no allowed n_train fits: the corpus is what must change
+            raise ConfigError(f"{field_name} = {n} but the corpus has only {len(rows)} {what}, fewer than "
+                              f"{field_name}'s minimum {MIN_N_TRAIN} (allowed: a corpus with at least {MIN_N_TRAIN} {what})")
+        raise ConfigError(f"{field_name} = {n} but the corpus has only {len(rows)} {what} (allowed: {field_name} <= "
+                          f"{len(rows)})")
     return rows[:n]
 
 

@@ -42,13 +42,15 @@ def run_for(params: Params, dataset: str, run: RunConfig) -> RunConfig:
 def main(params: Params, dataset: str, run: RunConfig, data_root: Path = paths.ADAPTATION_DATA_DIR,
          out_root: Path = paths.ADAPTATION_AUDIT_DIR) -> dict:
     from empriv.audit.adaptation import encode_texts, evaluate_adaptation_mias, pretraining_leakage
-    from empriv.io import write_json
+    from empriv.io import ensure_writable, write_json
     from empriv.models.registry import resolve_device
     from empriv.pipeline.adaptation_data import read_set
     from empriv.pipeline.common import load_base, load_tokenizer
     from empriv.pipeline.train import calibration_cache, public_inputs
     from empriv.stage import peak_memory
     from empriv.train.finetune import train_model
+
+    ensure_writable(Path(out_root) / dataset / f"{run.file_stem.split('/', 1)[1]}.json")  # before training
 
     t0 = time.time()
     a = params.adaptation_audit

@@ -35,6 +35,9 @@ def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_d
     from empriv.secrets.canaries import CanarySet
     from empriv.tracking import SecretScrubber, open_configuration_run
 
+    from empriv.io import ensure_writable
+
+    ensure_writable(Path(runs_dir) / run.file_stem, Path(metrics_dir) / f"{run.file_stem}.json")  # before training
     t0 = time.time()
     if run.privacy_unit.user_level:
         from empriv.audit.user_level import UserCanaries

@@ -21,6 +21,9 @@ def main(params: Params, out_dir=paths.BASE_DIR, metrics_path=paths.BASE_METRICS
     from empriv.models.lm import encode_fixed, mean_token_nll
     from empriv.models.registry import is_pretrained, resolve_device
     from empriv.models.tokenizer import copy_hf_tokenizer
+    from empriv.io import ensure_writable
+
+    ensure_writable(out_dir, metrics_path)  # before pre-training
     b = params.base
     torch.set_num_threads(b.threads or params.runtime.threads)  # it runs alone: base.threads may take every core
     tok = load_tokenizer()

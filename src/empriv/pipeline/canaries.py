@@ -49,8 +49,10 @@ def main(params: Params, out_dir: str | Path = paths.CANARIES_DIR, metrics_path:
          prepared_dir: str | Path = paths.PREPARED_DIR):
     from empriv.io import atomic_dir, write_json
     from empriv.secrets.canaries import _generate_from_params
+    from empriv.io import ensure_writable
     from empriv.stage import set_threads
 
+    ensure_writable(out_dir, metrics_path)  # before the base model scores every canary
     set_threads(params)
     cp = params.canaries
     tok = load_tokenizer()

@@ -56,8 +56,10 @@ def main(params: Params, secrets_path: str | Path = paths.SECRETS, out_path: str
          metrics_path: str | Path = paths.FILTER_METRICS) -> dict:
     from empriv.io import read_jsonl, write_json, write_jsonl
     from empriv.secrets.filtering import filter_secrets
+    from empriv.io import ensure_writable
     from empriv.stage import set_threads
 
+    ensure_writable(out_path, metrics_path)  # before the model-based filters
     set_threads(params)
     sp = params.secrets
     secrets = read_jsonl(secrets_path)

@@ -66,6 +66,13 @@ def main(params: Params, key: str, out_root: Path = paths.INPUTS_DIR) -> dict:
     if key not in params.inputs:
         raise ValueError(f"--key: params name no raw input {key!r} (got {key!r}; allowed: "
                          f"{', '.join(params.inputs) or 'none: inputs is empty'})")
+    from empriv.config import ConfigError
+    from empriv.pipeline.input_checks import input_errors
+
+    # the file's content, checked again here: an edit in place re-runs this stage (not validate) before its dependents
+    errors = input_errors(params, Path("."), keys=(key,))
+    if errors:
+        raise ConfigError(*errors)
     found = fingerprint(params.inputs[key])
     record = {"key": key, "param": RAW_INPUTS[key], **found}
     write_json(fingerprint_path(key, out_root), record)

@@ -17,11 +17,12 @@ log = logging.getLogger("empriv.train")
 
 def main(params: Params, out_path=paths.RECORD_SCORES) -> dict:
     from empriv.data.selection import record_mean_nll, write_record_scores
-    from empriv.io import read_jsonl
+    from empriv.io import ensure_writable, read_jsonl
     from empriv.models.registry import resolve_device
     from empriv.pipeline.common import load_base, load_tokenizer
     from empriv.stage import set_threads
 
+    ensure_writable(out_path)  # before the base model scores every training record
     set_threads(params)
     t0 = time.time()
     rows = read_jsonl(paths.split_path("train"))

@@ -15,6 +15,9 @@ def main(params: Params, run: RunConfig, model_dir=None, metrics_dir=paths.SCORE
     from empriv.models.registry import resolve_device
     from empriv.score.run import score_model
 
+    from empriv.io import ensure_writable
+
+    ensure_writable(Path(metrics_dir) / f"{run.file_stem}.json")  # before minutes of scoring
     device = resolve_device(params.runtime.device)
     model = load_finetuned(model_dir or paths.run_dir(run.file_stem), paths.BASE_DIR).to(device)
     secrets = read_jsonl(paths.FILTERED_SECRETS)

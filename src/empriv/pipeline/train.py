@@ -85,6 +85,11 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     from empriv.models.adapters import save_finetuned
     from empriv.train.finetune import train_model
 
+    from empriv.io import ensure_writable
+
+    # before minutes of training: the outputs' directories must take a file (a record that cannot be written loses the run)
+    ensure_writable(Path(runs_dir) / run.file_stem, Path(metrics_dir) / f"{run.file_stem}.json",
+                    *([paths.CHECKPOINTS_DIR / "train" / run.file_stem] if params.runtime.checkpoint_every else []))
     tok = load_tokenizer()
     ids, mask = encoded_train_split(params, tok)
     ck = checkpointer(params, run, "train")

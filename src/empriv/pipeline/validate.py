@@ -125,10 +125,14 @@ def dvc_matrix_errors(raw: dict, params: Params, dvc_yaml: str | Path = DVC_YAML
 
 
 def validate_project(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Path = DVC_YAML) -> Params:
-    """The params file validated in full, then dvc.yaml's cube matrices against it; raises :class:`ConfigError`
-    with one line per problem. Touches no file."""
+    """The params file validated in full, then dvc.yaml's cube matrices against it, then the raw inputs' content
+    and the machine (:mod:`empriv.pipeline.input_checks`); raises :class:`ConfigError` with one line per problem.
+    Touches no output (``input_checks`` caches the corpus facts it computed under ``.empriv/``)."""
+    from empriv.pipeline.input_checks import input_errors
+
     params = load_params(params_path)
     errors = params.missing_inputs() + dvc_matrix_errors(read_yaml(params_path), params, dvc_yaml)
+    errors += input_errors(params, Path(params_path).resolve().parent)
     if errors:
         raise ConfigError(*errors)
     return params
@@ -158,6 +162,76 @@ def fix_inputs(params_path: str | Path = paths.PARAMS) -> dict[str, str] | None:
     return wanted
 
 
+def _dvc_params_keys(dvc_yaml: Path) -> list[str]:
+    """The params.yaml keys dvc.yaml's stages depend on (their ``params:`` lists), in order, each once."""
+    if not dvc_yaml.exists():
+        return []
+    keys: dict[str, None] = {}
+    for stage in ((read_yaml(dvc_yaml) or {}).get("stages") or {}).values():
+        body = stage.get("do", stage) if isinstance(stage, dict) else {}
+        for entry in body.get("params") or []:
+            if isinstance(entry, str):
+                keys[entry] = None
+            elif isinstance(entry, dict):  # {file: [keys]}: only params.yaml's own keys are ours
+                for file, names in entry.items():
+                    if str(file) == str(paths.PARAMS):
+                        keys.update(dict.fromkeys(str(n) for n in names or []))
+    return list(keys)
+
+
+def _plain(value: Any) -> Any:
+    """A params value as YAML writes it and DVC reads it back (inf as .inf, tuples as lists)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def fill_defaults(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Path = DVC_YAML) -> list[str]:
+    """Write into the params file (ruamel round trip: comments and order kept) the default of every key a stage of
+    ``dvc.yaml`` depends on that the file leaves out. DVC compares the values it reads from params.yaml, and a key
+    that is absent differs from any value: deleting a section whose values are the defaults would re-run every stage
+    that reads it. Returns the keys filled in ([] and the file untouched when none is missing). The params must be
+    valid (call after :func:`validate_project`)."""
+    from ruamel.yaml import YAML
+
+    from empriv.io import atomic_path
+
+    path = Path(params_path)
+    keys = _dvc_params_keys(Path(dvc_yaml))
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    raw = yaml.load(path.read_text(encoding="utf-8")) or {}
+    params = load_params(path).model_dump(mode="python")
+    filled = []
+    for key in keys:
+        *parents, last = key.split(".")
+        node, default = raw, params
+        for part in parents:
+            default = default.get(part) if isinstance(default, dict) else None
+            if not isinstance(node.get(part), dict):
+                if part in node or default is None:  # a scalar where a section should be: validation's business
+                    node = None
+                    break
+                node[part] = {}
+            node = node[part]
+        if node is None or last in node or not isinstance(default, dict) or last not in default:
+            continue
+        node[last] = _plain(default[last])
+        filled.append(key)
+    if filled:
+        with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+            yaml.dump(raw, fh)
+    return filled
+
+
+def report_filled(params_path, filled: list[str]) -> None:
+    if filled:
+        print(f"{params_path}: wrote the defaults of {', '.join(filled)} (left out of the file; DVC would have seen "
+              "them as changed)")
+
+
 def write_marker(path: str | Path = paths.PARAMS_OK) -> None:
     from empriv.io import atomic_path
 
@@ -174,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--marker", default=str(paths.PARAMS_OK))
     ap.add_argument("--fix-inputs", action="store_true",
                     help="first set the params file's inputs to the raw files data.path/secrets.overrides/base.name name")
+    ap.add_argument("--fill-defaults", action="store_true",
+                    help="write the defaults of the params keys dvc.yaml's stages read that the file leaves out (a "
+                         "missing key would look changed to DVC)")
     ap.add_argument("--debug", action="store_true", help="show the traceback of an error (also: EMPRIV_DEBUG=1)")
     args = ap.parse_args(argv)
     try:
@@ -181,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             fixed = fix_inputs(args.params)
             print(f"{args.params}: inputs " + ("already up to date" if fixed is None else f"set to {fixed}"))
         params = validate_project(args.params, args.dvc_yaml)
+        if args.fill_defaults:
+            report_filled(args.params, fill_defaults(args.params, args.dvc_yaml))
     except ConfigError as err:
         if args.debug or os.environ.get("EMPRIV_DEBUG") == "1":
             raise

@@ -61,19 +61,66 @@ def split_secret(text: str, rule: str = "last_word", min_continuation_chars: int
     return text[:cut], text[cut:]
 
 
+OVERRIDE_KEYS = ("id", "prompt", "continuation")
+OVERRIDE_ALLOWED = 'one JSON object per line, {"id": …, "prompt": …, "continuation": …}, non-empty strings, each id once'
+
+
+def _override_rows(path: str | Path) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """(overrides, problems) of an overrides file: every line checked, one problem each ``line N: …``."""
+    import json
+
+    out: dict[str, tuple[str, str]] = {}
+    first_line: dict[str, int] = {}
+    problems: list[str] = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line.rstrip("\r\n"))
+            except ValueError as err:
+                col = getattr(err, "pos", None)
+                col = None if col is None else col + 1
+                problems.append(f"line {n}: not valid JSON{f' (at column {col})' if col else ''}; a record must fit "
+                                f"on one line (allowed: {OVERRIDE_ALLOWED})")
+                continue
+            if not isinstance(row, dict):
+                problems.append(f"line {n}: not a JSON object (got a {type(row).__name__}; allowed: {OVERRIDE_ALLOWED})")
+                continue
+            missing = [k for k in OVERRIDE_KEYS if k not in row]
+            extra = sorted(k for k in row if k not in OVERRIDE_KEYS)
+            bad = [k for k in OVERRIDE_KEYS if k in row and (not isinstance(row[k], str) or not row[k])]
+            sid = row.get("id") if isinstance(row.get("id"), str) else None
+            label = f"line {n}" + (f" (id {sid})" if sid else "")
+            if missing:
+                problems.append(f"{label}: missing key(s) {', '.join(missing)} (allowed: {OVERRIDE_ALLOWED})")
+            if extra:
+                problems.append(f"{label}: unknown key(s) {', '.join(extra)} (allowed: {OVERRIDE_ALLOWED})")
+            if bad:
+                problems.append(f"{label}: {', '.join(bad)} must be a non-empty string (allowed: {OVERRIDE_ALLOWED})")
+            if missing or extra or bad:
+                continue
+            if sid in first_line:
+                problems.append(f"{label}: id repeated (first on line {first_line[sid]}; allowed: {OVERRIDE_ALLOWED})")
+                continue
+            first_line[sid] = n
+            out[sid] = (row["prompt"], row["continuation"])
+    return out, problems
+
+
+def override_problems(path: str | Path) -> list[str]:
+    """One line per problem of a ``secrets.overrides`` file (``line N (id X): …``); [] for a good file."""
+    return _override_rows(path)[1]
+
+
 def load_overrides(path: str | Path | None) -> dict[str, tuple[str, str]]:
+    """id → (prompt, continuation) of a ``secrets.overrides`` file; a :class:`ConfigError` with one line per
+    problem (file, line, key) otherwise."""
     if path is None:
         return {}
-    from empriv.io import read_jsonl
-
-    out = {}
-    for i, row in enumerate(read_jsonl(path)):
-        missing = {"id", "prompt", "continuation"} - set(row)
-        if missing:
-            raise ConfigError(f"{path} line {i + 1}: missing keys {sorted(missing)}")
-        if not row["prompt"] or not row["continuation"]:
-            raise ConfigError(f"{path} line {i + 1} (id {row['id']}): prompt and continuation must be non-empty")
-        out[row["id"]] = (row["prompt"], row["continuation"])
+    out, problems = _override_rows(path)
+    if problems:
+        raise ConfigError(*(f"secrets.overrides: {path} {p}" for p in problems))
     return out
 
 
