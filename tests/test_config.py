@@ -204,7 +204,7 @@ def test_run_names_match_dvc_interpolation_of_repo_params():
         for lr in cube["learning_rate"] for s in cube["seed"]
     }
     assert {r.point_name for r in load_params(REPO / "params.yaml").runs()} == dvc
-    assert "eps64-b128-T32-lr0.01-s0" in dvc and "epsinf-b64-T16-lr0.005-s1" in dvc
+    assert "eps64-b32-T200-lr0.01-s0" in dvc and "epsinf-b16-T100-lr0.003-s1" in dvc
 
 
 def test_run_names_match_dvc_for_yaml_ints_and_decimals():

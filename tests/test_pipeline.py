@@ -29,7 +29,8 @@ TINY = {
     "train": {"micro_batch_size": 16},
     "cube": {"epsilon": [8, "inf"], "batch_size": [32], "steps": [3], "learning_rate": [0.01], "seed": [0, 1]},
     "score": {"vmr_samples": 3, "n_controls": 4,
-              "acr": {"steps": 8, "candidates": 32, "top_k": 64, "seeds": [0], "max_secrets": 2, "max_length": 15,
+              "acr": {"epsilons": None, "steps": 8, "candidates": 32, "top_k": 64, "seeds": [0], "max_secrets": 2,
+                      "max_length": 15,
                       "patience": 10}},
     # the audit cube: its own runs, trained with the member canaries
     "canaries": {"n_canaries": 120, "n_population": 20, "prefix_length": 8},

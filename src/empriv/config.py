@@ -207,7 +207,7 @@ class DataParams(_Section):
     n_validation: int = Field(200, ge=1)
     n_test: int = Field(300, ge=1)
     n_public: int = Field(6000, ge=10)
-    secret_frequencies: list[float] = [0.03, 0.025, 0.02, 0.015, 0.01, 0.005, 0.002, 0.001, 0.0005]
+    secret_frequencies: list[float] = [0.08, 0.07, 0.06, 0.05, 0.04, 0.01, 0.005, 0.002, 0.001]
     seed: int = 0
 
     @field_validator("secret_frequencies")
