@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from empriv.config import ConfigError, parse_params
+from empriv.config import ConfigError, parse_params, read_yaml
 from empriv.study import merge, resolve_preset, summarise_cost
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,3 +165,20 @@ def test_each_stage_process_of_a_unit_cube_is_counted_once(tmp_path, monkeypatch
     assert names == ["train@eps8-b32-T4-lr0.01-s0", "train@eps8-b32-T4-lr0.01-s0-group-k2-random",
                      "train@eps8-b32-T4-lr0.01-s0-userwise-k5-chunk"]
     assert summarise_cost([json.loads(line) for line in log.read_text().splitlines()])[0]["processes"] == 3
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "presets").glob("*.yaml")))
+def test_every_shipped_preset_validates(name):
+    """Every preset merges over params.yaml and validates (a preset broken by a params change fails here, not on a
+    user's machine)."""
+    parse_params(resolve_preset(name, ROOT))
+
+
+def test_the_memorisation_preset_sweeps_epsilon_and_steps_with_acr_on_every_run():
+    params = parse_params(resolve_preset("memorisation", ROOT))
+    c = params.cube
+    assert len([e for e in c.epsilon if e != float("inf")]) >= 3 and float("inf") in c.epsilon
+    assert len(c.steps) >= 3 and len(c.seed) == 2
+    acr = params.score.acr
+    assert acr.enabled and acr.training_seeds is None and acr.epsilons is None and acr.max_length == 30
+    assert params.data == parse_params(read_yaml(ROOT / "params.yaml")).data  # the default corpus
