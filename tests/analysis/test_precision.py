@@ -16,6 +16,8 @@ def test_the_uncertainty_of_each_kind_of_metric():
     assert uncertainty(score, "worst") == pytest.approx(0.31 * math.sqrt(8))
     assert uncertainty({**score, "se_seed": None}, "worst") == 1.7782
     assert uncertainty(score, "std") == pytest.approx(1.7782 / math.sqrt(14))
+    assert uncertainty(score, "se_seed") == pytest.approx(0.31 / math.sqrt(16))  # 16 runs − 8 configurations
+    assert uncertainty({**score, "n": 1, "n_runs": 2}, "se_seed") == pytest.approx(0.31 / math.sqrt(2))
     assert uncertainty(score, "n") is None and uncertainty(score, "n_runs") is None
     assert uncertainty({"coef_log_b": 5.7, "coef_log_b_se": 2.1}, "coef_log_b") == 2.1
     assert uncertainty({"rho_score": 0.5, "n": 8}, "rho_score") == pytest.approx(0.75 * math.sqrt(1.06 / 5))

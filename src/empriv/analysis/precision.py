@@ -11,7 +11,8 @@ The uncertainty of a numeric leaf is found from the leaf's name and its siblings
   same configurations are run again), else ``se`` (over configurations: one seed per configuration);
 - ``worst`` (one configuration's mean): ``se_seed · √n``, the seed standard error of one configuration, else ``std``;
 - a standard deviation or standard error (``std``, ``se``, ``se_seed``, ``std_configs``, ``std_seeds``, ``…_se``):
-  ``value / √(2(n − 1))``, with ``n`` or ``n_configs`` beside it (the normal approximation);
+  ``value / √(2(n − 1))``, with ``n`` or ``n_configs`` beside it (the normal approximation); for ``se_seed`` the
+  seed stds' degrees of freedom ``n_runs − n`` replace ``n − 1``;
 - a ratio of two standard deviations (``config_seed_ratio…``): ``value · √(1/(n − 1))``;
 - a Spearman ρ (``rho_…``): ``(1 − ρ²)·√(1.06/(n − 3))``, with ``n`` beside it (Fieller's approximation);
 - anything else (ε, counts, heuristic accuracies, risks, R², p-values, the base utility): no uncertainty.
@@ -65,6 +66,9 @@ def uncertainty(siblings: Mapping[str, Any], leaf: str) -> float | None:
         if is_number(se_seed) and n and n > 0:
             return abs(float(se_seed)) * math.sqrt(n)
         return abs(float(std)) if is_number(std) else None
+    if leaf == "se_seed" and is_number(siblings.get("n_runs")) and n:
+        df = float(siblings["n_runs"]) - n  # the seed stds' degrees of freedom: Σ (k_i − 1)
+        return abs(float(v)) / math.sqrt(2 * df) if df >= 1 else None
     if leaf in SPREAD_LEAVES or leaf.endswith("_se"):
         return abs(float(v)) / math.sqrt(2 * (n - 1)) if n and n >= 2 else None
     if leaf.startswith("config_seed_ratio"):
