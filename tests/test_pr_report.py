@@ -168,6 +168,12 @@ def section(comment: str, title: str) -> str:
     return m.group(1)
 
 
+def verdict_tables(text: str) -> tuple[dict, dict]:
+    """A metrics section as (changed, new and gone rows, rows within noise), each {(path, metric): the other cells}."""
+    loud, _, quiet = text.partition("<details>")
+    return ({(r[0], r[1]): r[2:] for r in table_rows(loud)[2:]}, {(r[0], r[1]): r[2:] for r in table_rows(quiet)[2:]})
+
+
 # ----------------------------------------------------------------------------- pure helpers
 def test_allocate_gives_small_parts_whole_and_splits_the_rest_evenly():
     assert pr_report.allocate([100, 5000, 20000], 10000) == [100, 4950, 4950]
@@ -212,15 +218,21 @@ def test_comment_holds_the_changed_param_and_metrics_and_not_the_unchanged(repo,
     assert params == {"train.scale": ["1.0", "2.0"]}  # misc.label, steps, width: unchanged, absent
     b, h = revs["base"][:8], revs["head"][:8]
     assert table_rows(section(comment, "Params"))[0] == ["Path", "Param", f"base {b}", f"PR {h}"]
-    metrics = table_rows(section(comment, "Committed metrics"))
-    changed = {(r[0], r[1]): r[2:] for r in metrics[2:]}
-    assert changed[("summary.json", "loss_mean")] == ["0.155", "0.305", "0.15"]  # mean of 0.1, 0.11, 0.2, 0.21; scale ×2
-    assert changed[("runs/run-0.2-1.json", "loss")] == ["0.21", "0.41", "0.2"]
-    # smaller groups first: the top directory's 3 rows (summary 1, wide 2) before runs/'s 4, files by name
-    assert [r[0] for r in metrics[2:]] == ["summary.json", "wide.json", "wide.json", "runs/run-0.1-0.json",
-                                           "runs/run-0.1-1.json", "runs/run-0.2-0.json", "runs/run-0.2-1.json"]
+    metrics = section(comment, "Committed metrics")
+    changed, quiet = verdict_tables(metrics)
+    assert table_rows(metrics)[0] == ["Path", "Metric", f"base {b}", f"PR {h}", "Δ", "Δ/σ", "verdict"]
+    # no uncertainty in these toy metrics: changed above the relative tolerance, sorted by |Δ| over it
+    assert changed[("summary.json", "loss_mean")] == ["0.155", "0.305", "+0.15", "-", "changed"]  # scale ×2
+    assert changed[("runs/run-0.2-1.json", "loss")] == ["0.21", "0.41", "+0.2", "-", "changed"]
     assert {m for _, m in changed} == {"loss", "loss_mean", "metric_with_a_rather_long_descriptive_name_0001",
-                                       "metric_with_a_rather_long_descriptive_name_0002"}  # no count, steps, n_runs
+                                       "metric_with_a_rather_long_descriptive_name_0002"}
+    assert {v[-1] for v in changed.values()} == {"changed"}
+    # counts, steps and the unchanged wide metric are folded as within noise, with their count in the summary
+    assert {m for _, m in quiet} == {"count", "steps", "n_runs", "metric_with_a_rather_long_descriptive_name_0000"}
+    assert f"<summary>{len(quiet)} metrics within noise</summary>" in metrics
+    assert f"**{len(changed)} changed, 0 new, 0 gone, {len(quiet)} within noise" in metrics
+    # the verdicts lead: cube or committed metrics before the params, the plots last
+    assert comment.index("### Committed metrics") < comment.index("### Params")
     assert "not shown" not in comment  # small enough: nothing trimmed
     assert "Metrics of the CI cube" not in comment  # no cube records given
 
@@ -240,8 +252,8 @@ def test_an_oversize_diff_is_trimmed_by_rows_under_githubs_limit(repo, tmp_path)
     full = (out / "committed_metrics_diff.md").read_text()
     assert pr_report.size(full) > pr_report.GITHUB_COMMENT_LIMIT  # the untrimmed diff does not fit ...
     assert pr_report.size(comment) <= pr_report.GITHUB_COMMENT_LIMIT  # ... the comment does
-    shown = table_rows(section(comment, "Committed metrics"))
-    full_rows = table_rows(full)
+    shown = table_rows(section(comment, "Committed metrics").partition("<details>")[0])  # the changed rows
+    full_rows = table_rows(full.partition("<details>")[0])
     assert len(full_rows) - 2 >= 1500 and len(shown) < len(full_rows)
     assert shown == full_rows[: len(shown)]  # a prefix of whole rows, none cut
     m = re.search(r"_(\d+) of (\d+) rows not shown", comment)
@@ -302,9 +314,11 @@ def test_cube_comment_diffs_the_cube_results_and_lists_the_changed_plot(cubes, t
     comment = pr_report.build_report(work, revs["base"], revs["head"], cube_base=base, cube_head=head, out=out,
                                      link="https://example.invalid/run/3")
     cube = section(comment, "Metrics of the CI cube")
-    rows = {(r[0], r[1]): r[2:] for r in table_rows(cube)[2:]}
-    assert rows[("summary.json", "loss_mean")] == ["0.15", "0.3", "0.15"]
-    assert ("summary.json", "n_runs") not in rows
+    rows, quiet = verdict_tables(cube)
+    assert rows[("summary.json", "loss_mean")] == ["0.15", "0.3", "+0.15", "-", "changed"]
+    assert ("summary.json", "n_runs") not in rows and quiet[("summary.json", "n_runs")] == ["2", "2", "+0", "-",
+                                                                                           "within noise"]
+    assert comment.index("### Metrics of the CI cube") < comment.index("### Params") < comment.index("### Plots")
     assert f"Base `{revs['base'][:8]}`: computed (3 stages run, 0 restored)" in cube
     plots = section(comment, "Plots")
     assert "- `plots/curve.csv`: changed" in plots and "- `plots/fig.png`: changed" in plots

@@ -11,10 +11,11 @@ Used by .github/workflows/pr.yml, tested by tests/test_pr_report.py, described i
     restored CI cache, or ``run-cache fetch``) is restored from the run-cache instead of run.
 
 ``report --base REV --head REV --out DIR [--cube-base FILE --cube-head FILE] [--link URL]``
-    writes DIR/comment.md, at most GitHub's 65,536 characters: ``dvc params diff`` between base and head, the
-    ``dvc metrics diff`` of the two cube results (and of the metrics committed at base and head, when they
-    differ), and the plots whose data differ between the cube results. Tables too long for the comment lose
-    whole rows, with a note saying how many and where the rest is: the untrimmed diffs (``*.md``) and
+    writes DIR/comment.md, at most GitHub's 65,536 characters, verdicts first: ``empriv diff`` of the two cube
+    results (the metrics changed beyond their noise, new or gone, then the count of those within noise, folded in
+    ``<details>``), the same for the metrics committed at base and head when they differ, ``dvc params diff``
+    between base and head, and the plots whose data differ between the cube results. Tables too long for the
+    comment lose whole rows, with a note saying how many and where the rest is: the untrimmed diffs (``*.md``) and
     ``dvc plots diff``'s HTML (``plots/index.html``) are written beside comment.md for the workflow artifact.
 
 ``run-cache push|fetch [--remote NAME]``
@@ -227,20 +228,6 @@ def relabel(markdown: str, labels: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def small_files_first(markdown: str) -> str:
-    """A diff table's rows grouped by directory, then by file (the first column), the groups with fewer rows
-    first: a headline file survives trimming whole while a directory of per-run files loses rows."""
-    blocks = split_tables(markdown)
-    if [kind for kind, _ in blocks] != ["table"]:
-        return markdown
-    header, rows = blocks[0][1][:2], blocks[0][1][2:]
-    files = [r.strip().strip("|").split("|")[0].strip() for r in rows]
-    dirs = [f.rpartition("/")[0] for f in files]
-    per_dir, per_file = Counter(dirs), Counter(files)
-    order = sorted(range(len(rows)), key=lambda i: (per_dir[dirs[i]], dirs[i], per_file[files[i]], files[i]))
-    return "\n".join(header + [rows[i] for i in order]) + "\n"  # sorted() is stable: dvc's order within a file
-
-
 def allocate(sizes: list[int], budget: int) -> list[int]:
     """Share ``budget`` among parts of the given sizes: small parts whole, the rest split evenly (water-filling)."""
     shares = [0] * len(sizes)
@@ -306,11 +293,32 @@ def _cube_line(label: str, record: dict) -> str:
     return f"{label} `{record['sha'][:8]}`: {how} ({ran} stages run, {restored} restored)"
 
 
+def metrics_sections(rows, title: str, intro: str, labels: tuple[str, str], nothing: str) -> list[tuple]:
+    """The comment's sections of one ``empriv diff`` (:mod:`empriv.diff` rows): the title with the counts of each
+    verdict and the table of the changed, new and gone metrics, then the metrics within noise as a table folded
+    in ``<details>`` (each table trimmed by rows when the comment is too long)."""
+    from empriv.diff import markdown_table, summary_line
+
+    loud = [r for r in rows if r.verdict != "within noise"]
+    quiet = [r for r in rows if r.verdict == "within noise"]
+    out = [(f"### {title}\n\n{intro}\n\n**{summary_line(rows)}**\n", markdown_table(loud, *labels),
+            "" if loud else f"{nothing}\n")]
+    if quiet:
+        out.append((f"<details><summary>{len(quiet)} metrics within noise</summary>\n", markdown_table(quiet, *labels),
+                    "</details>\n"))
+    return out
+
+
 def build_report(root: Path, base: str, head: str, *, cube_base: dict | None = None, cube_head: dict | None = None,
                  link: str | None = None, base_name: str | None = None, limit: int = GITHUB_COMMENT_LIMIT,
                  out: Path | None = None) -> str:
     """The comment's markdown (at most ``limit`` bytes); with ``out``, also comment.md, the untrimmed diffs and the
-    plots' HTML written there. ``cube_base``/``cube_head`` are :func:`run_cube`'s records (both or neither)."""
+    plots' HTML written there. ``cube_base``/``cube_head`` are :func:`run_cube`'s records (both or neither).
+
+    The verdicts lead: the metrics of the two cubes (``empriv diff``: changed, new, gone; the rest folded as within
+    noise), the committed metrics when the PR moves them, then the params diff and the plots."""
+    from empriv.diff import diff_revisions, format_markdown
+
     root = root.resolve()
     if (cube_base is None) != (cube_head is None):
         raise ReportError("give both cube records (base and head) or neither")
@@ -319,29 +327,34 @@ def build_report(root: Path, base: str, head: str, *, cube_base: dict | None = N
     where = f"The full table is in the workflow artifact: {link}" if link else "The full table is in the workflow artifact."
     artifact = f"the workflow artifact ({link})" if link else "the workflow artifact"
 
-    # revisions by their short hashes, the columns then named base/PR; metrics files with few rows first
+    def verdicts(rev_a: str, rev_b: str):
+        try:
+            return diff_revisions(root, rev_a, rev_b)
+        except ValueError as err:
+            raise ReportError(str(err)) from err
+
+    # revisions by their short hashes, the columns then named base/PR
     labels = {b: f"base {b}", h: f"PR {h}"}
     full = {"params_diff.md": relabel(dvc(["params", "diff", b, h, "--md"], root), labels)}
-    if cubes:
-        cb, ch = short(cube_base["commit"], root), short(cube_head["commit"], root)
-        full["metrics_diff.md"] = small_files_first(relabel(dvc(["metrics", "diff", cb, ch, "--md"], root),
-                                                            {cb: "base cube", ch: "PR cube"}))
-    full["committed_metrics_diff.md"] = small_files_first(relabel(dvc(["metrics", "diff", b, h, "--md"], root), labels))
-
-    # (markdown before, table or None, markdown after) per section; only the tables are ever trimmed
-    sections = [(f"{MARKER}\n## Params, metrics and plots: this PR ({h}) against {base_name or 'its base'} ({b})\n",
+    sections = [(f"{MARKER}\n## Metrics, params and plots: this PR ({h}) against {base_name or 'its base'} ({b})\n",
                  None, "")]
+    if cubes:
+        rows = verdicts(cube_base["commit"], cube_head["commit"])
+        full["metrics_diff.md"] = format_markdown(rows, "base cube", "PR cube")
+        sections += metrics_sections(
+            rows, "Metrics of the CI cube",
+            f"`empriv diff` of the preset `{cube_head.get('preset')}` run over each side's params.yaml (the preset's "
+            f"keys win on both sides): changed = beyond 3 combined standard errors (docs/sweeps.md). "
+            f"{_cube_line('Base', cube_base)}; {_cube_line('PR', cube_head)}.",
+            ("base cube", "PR cube"), "No metric of the cube changed beyond its noise.")
+    committed = verdicts(b, h)
+    full["committed_metrics_diff.md"] = format_markdown(committed, f"base {b}", f"PR {h}")
+    if any(r.verdict != "within noise" or r.delta for r in committed):
+        sections += metrics_sections(committed, "Committed metrics",
+                                     "This PR changes metrics committed to git (`empriv diff`, base against this PR).",
+                                     (f"base {b}", f"PR {h}"), "None beyond its noise.")
     sections.append(("### Params\n\n`dvc params diff` of every params file, base against this PR.\n",
                      full["params_diff.md"], "" if full["params_diff.md"].strip() else "No param changed.\n"))
-    if cubes:
-        sections.append((f"### Metrics of the CI cube\n\n`dvc metrics diff` of the preset `{cube_head.get('preset')}` run "
-                         f"over each side's params.yaml (the preset's keys win on both sides); changed metrics only. "
-                         f"{_cube_line('Base', cube_base)}; {_cube_line('PR', cube_head)}.\n",
-                         full["metrics_diff.md"],
-                         "" if full["metrics_diff.md"].strip() else "No metric of the cube changed.\n"))
-    if full["committed_metrics_diff.md"].strip():
-        sections.append(("### Committed metrics\n\nThis PR changes metrics committed to git (`dvc metrics diff`, "
-                         "base against this PR):\n", full["committed_metrics_diff.md"], ""))
     if cubes:
         words = {"added": "only in the PR", "removed": "only in the base"}
         try:

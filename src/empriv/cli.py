@@ -9,6 +9,8 @@
     empriv study run PRESET          run presets/PRESET.yaml end to end in .studies/PRESET → results/PRESET
     empriv study plan PRESET         validate a preset; its run counts and estimated GPU hours and memory
     empriv sweep [--engine slurm]    one job per matrix item (locally or on SLURM via submitit), then one dvc.lock
+    empriv diff [REV_A] [REV_B]      the DVC metrics of two revisions (default HEAD vs the working tree), each row
+                                     with a verdict: changed, within noise, new, gone (--md, --json)
 
     empriv --debug …                 show the traceback of an error (user errors are one line each otherwise)
 """
@@ -143,6 +145,20 @@ def _sweep(args) -> int:
     return 0 if result.ok else 1
 
 
+def _diff(args) -> int:
+    from empriv.diff import diff_revisions, format_markdown, format_text, to_json
+
+    rows = diff_revisions(Path(args.root), args.rev_a, args.rev_b, z=args.z, rel_tol=args.rel_tol)
+    old_label, new_label = args.rev_a, args.rev_b or "workspace"
+    if args.json:
+        print(json.dumps(to_json(rows), indent=2))
+    elif args.md:
+        print(format_markdown(rows, old_label, new_label, z=args.z), end="")
+    else:
+        print(format_text(rows, old_label, new_label, z=args.z), end="")
+    return 0  # a report, not a check: 0 whatever the verdicts
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="empriv", description="empirical privacy of DP fine-tuning")
     ap.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also: EMPRIV_DEBUG=1)")
@@ -215,6 +231,20 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--dry-run", action="store_true", help="print the plan (stale and up-to-date items, upstream, "
                     "resources) and run nothing")
     sw.set_defaults(func=_sweep)
+    from empriv.diff import REL_TOL, Z
+
+    d = sub.add_parser("diff", help="the DVC metrics of two git revisions with a verdict per metric: changed (beyond "
+                       "the combined uncertainty), within noise, new, gone; changed first (docs/sweeps.md)")
+    d.add_argument("rev_a", nargs="?", default="HEAD", help="the old side (default: HEAD)")
+    d.add_argument("rev_b", nargs="?", default=None, help="the new side (default: the working tree)")
+    d.add_argument("--z", type=float, default=Z, help=f"changed when |Δ| > z·√(σ_a² + σ_b²) (default {Z:g})")
+    d.add_argument("--rel-tol", type=float, default=REL_TOL, help="changed, for a metric without an uncertainty, "
+                   f"when |Δ| > this fraction of the value (default {REL_TOL:g}; also a floor for the others)")
+    d.add_argument("--root", default=".", help="the repository (default: the current directory)")
+    dfmt = d.add_mutually_exclusive_group()
+    dfmt.add_argument("--md", action="store_true", help="markdown: the verdicts' table, the rest in <details>")
+    dfmt.add_argument("--json", action="store_true", help="one object per row")
+    d.set_defaults(func=_diff)
     from empriv.privacy.cli import add_privacy_parser, run as run_privacy
 
     add_privacy_parser(sub).set_defaults(func=run_privacy)

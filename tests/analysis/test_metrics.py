@@ -52,12 +52,14 @@ def test_summary_is_numbers_only_with_numeric_epsilon_and_an_inf_key(runs):
 def test_summary_reports_a_score_without_values_as_null_not_zero(runs):
     t = runs.with_columns(pl.lit(None, dtype=pl.Float64).alias("acr_mean"))
     s = summary_metrics(t, SCORES, "test_nll", base_utility=None)
-    assert s["eps8"]["acr_mean"] == {"mean": None, "std": None, "worst": None, "n": 0}
+    assert s["eps8"]["acr_mean"] == {"mean": None, "std": None, "worst": None, "n": 0, "se": None, "se_seed": None,
+                                     "n_runs": 0}
     assert "base_test_nll" not in s
     # one configuration with a value: a mean, no std
     t = runs.with_columns(pl.when(pl.col("group") == "eps8-b64-T16-lr0.005").then(pl.col("acr_mean")).alias("acr_mean"))
     a = summary_metrics(t, SCORES, "test_nll", None)["eps8"]["acr_mean"]
-    assert a["n"] == 1 and a["std"] is None and a["mean"] == a["worst"]
+    assert a["n"] == 1 and a["std"] is None and a["mean"] == a["worst"] and a["se"] is None
+    assert a["se_seed"] is None and a["n_runs"] == 1  # its one seed with a value: no uncertainty at all
 
 
 def test_summary_pools_acr_counts_and_takes_the_highest_audit_bound(runs):
@@ -132,4 +134,25 @@ def test_table8_metrics_stay_compact_and_numeric():
         entry = m["exposure_gap_mean"][e]
         assert entry["config_seed_ratio"] is None and entry["config_seed_ratio_all"] is None
         assert entry["std_configs"] is not None and entry["std_seeds"] is None
-        assert len(entry) <= 14
+        assert len(entry) <= 18  # 14, + n_configs and three coefficients' standard errors
+
+
+def test_summary_separates_the_standard_error_over_configurations_from_the_seed_noise(runs):
+    """Table 8's two sources, for the mean: se = std of configuration means / √n, se_seed = √(mean s_i²/k_i / n)."""
+    s = summary_metrics(runs, SCORES, "test_nll", None)["eps8"]["exposure_gap_mean"]
+    per = (runs.filter(pl.col("epsilon") == 8.0).group_by("group")
+           .agg(pl.col("exposure_gap_mean").mean().alias("m"), pl.col("exposure_gap_mean").std().alias("s"),
+                pl.len().alias("k")))
+    assert s["se"] == pytest.approx(per["m"].std() / math.sqrt(8))
+    assert s["se_seed"] == pytest.approx(math.sqrt(float((per["s"] ** 2 / per["k"]).mean()) / 8))
+    assert s["n"] == 8 and s["n_runs"] == 16
+    one_seed = summary_metrics(runs.filter(pl.col("seed") == 0), SCORES, "test_nll", None)["eps8"]["exposure_gap_mean"]
+    assert one_seed["se_seed"] is None and one_seed["se"] is not None and one_seed["n_runs"] == 8
+
+
+def test_analysis_metrics_carry_the_coefficients_standard_errors(runs):
+    a, _ = compute_analysis(runs, privacy_scores=["exposure_gap_mean"], monte_carlo_trials=20, base_utility=None)
+    e8 = analysis_metrics(a)["exposure_gap_mean"]["eps8"]
+    terms = a["regression"]["8"]["exposure_gap_mean"]["individual"]["terms"]
+    assert e8["coef_log_b_se"] == pytest.approx(terms["log_b"]["se"]) and e8["coef_log_b_se"] > 0
+    assert e8["n_configs"] == a["seed_vs_configuration"]["exposure_gap_mean"]["8"]["n_configs"]

@@ -41,9 +41,33 @@ def _std(vals: list[float]) -> float | None:
     return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
 
 
-def _stats(vals: list[float]) -> dict:
-    return {"mean": sum(vals) / len(vals) if vals else None, "std": _std(vals), "worst": max(vals) if vals else None,
-            "n": len(vals)}
+def _stats(vals: list[float], seed_stds: list[float] | None = None, seed_counts: list[int] | None = None) -> dict:
+    """mean / std / worst over the configuration means ``vals``, ``n`` of them, and the mean's uncertainty
+    (Table 8's two sources kept apart): ``se`` = std / √n over configurations, ``se_seed`` = √(mean of s_i²/k_i
+    over the configurations with two or more seeds / n), the seed noise of the mean (s_i the seed std of
+    configuration i, k_i its seeds; null when no configuration has two seeds), and ``n_runs`` = Σ k_i."""
+    n, std = len(vals), _std(vals)
+    out = {"mean": sum(vals) / n if vals else None, "std": std, "worst": max(vals) if vals else None, "n": n}
+    out["se"] = None if std is None else (0.0 if std == 0 else std / math.sqrt(n))
+    terms = [s * s / k for s, k in zip(seed_stds or [], seed_counts or []) if s is not None and k and k >= 2]
+    out["se_seed"] = None if not terms or not n else (
+        0.0 if max(terms) == 0 else math.sqrt(sum(terms) / len(terms) / n))
+    out["n_runs"] = int(sum(k for k in (seed_counts or []) if k)) if seed_counts is not None else None
+    return out
+
+
+def _score_stats(configs, column: str) -> dict:
+    """:func:`_stats` of one column of a :func:`empriv.analysis.table.config_table` (configurations with a value)."""
+    import polars as pl
+
+    if column not in configs.columns:
+        return _stats([])
+    has = configs.filter(pl.col(column).cast(pl.Float64).fill_nan(None).is_not_null())
+    std_col, n_col = f"{column}__seed_std", f"{column}__n_seeds"
+    stds = ([None if v is None or math.isnan(v) else float(v) for v in has[std_col].cast(pl.Float64).to_list()]
+            if std_col in has.columns else [None] * has.height)
+    counts = [int(v) for v in has[n_col].to_list()] if n_col in has.columns else [1] * has.height
+    return _stats([float(v) for v in has[column].cast(pl.Float64).to_list()], stds, counts)
 
 
 def summary_metrics_by_unit(table, scores: list[str], utility: str, base_utility: float | None,
@@ -91,7 +115,9 @@ def summary_metrics_by_unit(table, scores: list[str], utility: str, base_utility
 
 def summary_metrics(table, scores: list[str], utility: str, base_utility: float | None) -> dict:
     """``metrics/summary.json``: per ε group, the configuration count and, for every score of ``scores`` present in the
-    run table and for ``utility``, mean / std / worst over configuration means (seeds averaged first); the pooled ACR
+    run table and for ``utility``, mean / std / worst over configuration means (seeds averaged first) with the mean's
+    standard errors over configurations (``se``, ``n``) and over seeds (``se_seed``, ``n_runs``: :func:`_stats`);
+    exact values (:func:`empriv.analysis.precision.round_metrics` writes them rounded); the pooled ACR
     search counts where searches ran; the audit's ε̂ lower bound (highest over the audited configurations)."""
     import polars as pl
 
@@ -109,7 +135,7 @@ def summary_metrics(table, scores: list[str], utility: str, base_utility: float 
         entry: dict = {} if math.isinf(eps) else {"epsilon": float(eps)}
         entry.update({"n_configs": g.height, "n_runs": runs.height})
         for s in present:
-            entry[s] = _stats(_values(g, s))
+            entry[s] = _score_stats(g, s)
         searched = _values(runs, "acr_n_searched")
         if searched:
             entry["acr_searched"] = int(sum(searched))
@@ -147,9 +173,10 @@ def analysis_metrics(analysis: dict) -> dict:
     """``metrics/analysis.json``: the research's findings for the primary score, per ε group — standard deviation of
     the configuration means against the mean seed standard deviation and their ratio (Table 8: ``std_configs``,
     ``std_seeds``, ``config_seed_ratio`` over the configurations kept by the retention rule, ``config_seed_ratio_all``
-    over every configuration; a ratio is null where undefined — one seed, one configuration, a seed std of 0 —
-    and records/analysis.json → ``table8`` says why), the regression's R² and
-    coefficients (individual hyperparameters, log scale), the heuristics' accuracies and the absolute selection risk
+    over every configuration, ``n_configs`` behind them; a ratio is null where undefined — one seed, one
+    configuration, a seed std of 0 — and records/analysis.json → ``table8`` says why), the regression's R² and
+    coefficients (individual hyperparameters, log scale) with their standard errors (``coef_<term>_se``; the 95 %
+    confidence interval is coef ± 1.96 se), the heuristics' accuracies and the absolute selection risk
     of Algorithm 1 and of the best-utility baseline — keyed by the score's name. The whole analysis (every score,
     p-values, sweeps, correlations) is ``records/analysis.json``."""
     s = analysis.get("primary_score")
@@ -159,7 +186,7 @@ def analysis_metrics(analysis: dict) -> dict:
     per: dict = {}
     for label, d in analysis["seed_vs_configuration"].get(s, {}).items():
         per.setdefault(label, {}).update({"std_configs": d["hyperparameter"], "std_seeds": d["randomness"],
-                                          "config_seed_ratio": d.get("ratio")})
+                                          "config_seed_ratio": d.get("ratio"), "n_configs": d.get("n_configs")})
     for label, d in ((analysis.get("table8") or {}).get("per_epsilon") or {}).items():
         if d.get("all"):
             per.setdefault(label, {})["config_seed_ratio_all"] = d["all"].get("ratio")
@@ -171,6 +198,7 @@ def analysis_metrics(analysis: dict) -> dict:
             for term, t in fit.get("terms", {}).items():
                 if term != "intercept":
                     e[f"coef_{term}"] = t["coef"]
+                    e[f"coef_{term}_se"] = t.get("se")  # the 95 % CI is coef ± 1.96 se (p: records/analysis.json)
     for label, by_score in analysis["heuristics"].items():
         rules = by_score.get(s)
         if rules:

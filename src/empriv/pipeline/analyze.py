@@ -45,6 +45,7 @@ def main(params: Params) -> dict:
 
     from empriv.analysis.adaptation_audit import analyze_adaptation_audit
     from empriv.analysis.metrics import analysis_metrics, config_metrics, summary_metrics_by_unit
+    from empriv.analysis.precision import round_metrics
     from empriv.analysis.stage import compute_analysis, format_analysis
     from empriv.analysis.table import audit_runs_outside_cube, run_table
     from empriv.analysis.variance import format_summary_record, summary_record
@@ -90,9 +91,10 @@ def main(params: Params) -> dict:
         full.write_csv(tmp)
     write_json(paths.SCORES_BY_EPSILON, summary)
     write_json(paths.ANALYSIS_DETAIL, analysis)
-    write_json(paths.SUMMARY, summary_metrics_by_unit(full, scores, ap.utility, base, main_unit))
-    write_json(paths.CONFIGS, config_metrics(full, analysis["primary_score"], ap.utility))
-    write_json(paths.ANALYSIS, analysis_metrics(analysis))
+    # the DVC metrics to the digits their uncertainty supports (empriv.analysis.precision); exact values: records/
+    write_json(paths.SUMMARY, round_metrics(summary_metrics_by_unit(full, scores, ap.utility, base, main_unit)))
+    write_json(paths.CONFIGS, round_metrics(config_metrics(full, analysis["primary_score"], ap.utility)))
+    write_json(paths.ANALYSIS, round_metrics(analysis_metrics(analysis)))
     print(format_summary_record(summary))
     print(format_analysis(analysis))
     print(f"report: {paths.REPORT}")

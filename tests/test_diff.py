@@ -1,0 +1,140 @@
+"""empriv diff: every verdict on hand-made metrics, and two revisions of a tiny git + DVC repository."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from empriv.cli import main
+from empriv.diff import Z, compare, format_markdown
+
+VENV_BIN = Path(sys.executable).parent
+
+
+def score(mean, se_seed, n=8, std=1.0):
+    return {"mean": mean, "std": std, "worst": mean + 1, "n": n, "se": std / math.sqrt(n), "se_seed": se_seed,
+            "n_runs": 2 * n}
+
+
+def rows_by_key(rows):
+    return {r.metric: r for r in rows}
+
+
+def test_each_verdict_on_hand_made_metrics():
+    old = {"s.json": {"eps8": {"gap": score(5.00, 0.10), "nll": score(3.00, 0.01), "util": score(2.0, 0.1),
+                               "acr_searched": 40, "gone_key": 1.5},
+                      "base_nll": 5.978, "drift": 1.2345, "also_null": None}}
+    new = {"s.json": {"eps8": {"gap": score(5.20, 0.10), "nll": score(3.10, 0.01), "util": score(2.0, 0.1),
+                               "acr_searched": 72, "gone_key": None, "new_key": 0.5},
+                      "base_nll": 5.979, "drift": 1.2346, "also_null": None}}
+    rows = compare(old, new)
+    r = rows_by_key(rows)
+    # within noise: |Δ| = 0.2 against 3·√(0.1² + 0.1²) = 0.42
+    assert r["eps8.gap.mean"].verdict == "within noise"
+    assert r["eps8.gap.mean"].sigma == pytest.approx(math.sqrt(0.02))
+    assert r["eps8.gap.mean"].significance == pytest.approx(0.2 / math.sqrt(0.02))
+    # changed: |Δ| = 0.1 against 3·√2·0.01 = 0.042
+    assert r["eps8.nll.mean"].verdict == "changed" and r["eps8.nll.mean"].delta == pytest.approx(0.1)
+    # a count has no uncertainty: changed above the relative tolerance (0.2 %)
+    assert r["eps8.acr_searched"].verdict == "changed" and r["eps8.acr_searched"].sigma is None
+    # float drift of a value without uncertainty stays below the relative tolerance
+    assert r["drift"].verdict == "within noise" and r["base_nll"].verdict == "within noise"
+    assert r["eps8.gone_key"].verdict == "gone" and r["eps8.new_key"].verdict == "new"
+    assert "also_null" not in r  # null on both sides: no row
+    assert r["eps8.util.mean"].verdict == "within noise" and r["eps8.util.mean"].delta == 0
+    # sorted: changed (most significant first), new, gone, within noise
+    verdicts = [x.verdict for x in rows]
+    assert verdicts == sorted(verdicts, key=["changed", "new", "gone", "within noise"].index)
+    # the count first: without σ its significance is |Δ| over the tolerance / z (666); the mean is 7.1σ; the
+    # worst (one configuration: σ = √2·0.01·√8 = 0.04) moved 2.5σ, within noise
+    assert [x.metric for x in rows if x.verdict == "changed"] == ["eps8.acr_searched", "eps8.nll.mean"]
+    assert r["eps8.nll.worst"].verdict == "within noise"
+
+
+def test_a_real_change_in_one_seed_noise_and_a_larger_z():
+    old = {"m.json": {"x": score(1.0, 0.05)}}
+    new = {"m.json": {"x": score(1.5, 0.05)}}
+    assert rows_by_key(compare(old, new))["x.mean"].verdict == "changed"  # 0.5 > 3·0.071
+    assert rows_by_key(compare(old, new, z=10))["x.mean"].verdict == "within noise"  # 0.5 < 10·0.071
+    with pytest.raises(ValueError, match="z must be > 0, got 0"):
+        compare(old, new, z=0)
+
+
+def test_a_p_value_takes_the_verdict_of_its_statistic_and_coefficients_use_their_se():
+    old = {"a.json": {"eps8": {"n": 8, "rho_score": 0.10, "p_score": 0.82, "coef_log_b": 5.69, "coef_log_b_se": 2.0,
+                               "n_configs": 8}}}
+    new = {"a.json": {"eps8": {"n": 8, "rho_score": 0.30, "p_score": 0.47, "coef_log_b": 6.20, "coef_log_b_se": 2.1,
+                               "n_configs": 8}}}
+    r = rows_by_key(compare(old, new))
+    assert r["eps8.rho_score"].verdict == "within noise" and r["eps8.p_score"].verdict == "within noise"
+    assert r["eps8.coef_log_b"].verdict == "within noise"  # 0.51 against 3·√(2² + 2.1²)
+    assert r["eps8.coef_log_b_se"].verdict == "within noise"  # a standard error's own uncertainty: se/√(2(n−1))
+
+
+def test_markdown_leads_with_the_verdicts_and_folds_the_rows_within_noise():
+    old = {"s.json": {"a": score(1.0, 0.01), "b": 3}}
+    new = {"s.json": {"a": score(2.0, 0.01), "b": 3}}
+    md = format_markdown(compare(old, new), "base", "PR")
+    head, _, folded = md.partition("<details>")
+    assert head.startswith("2 changed, 0 new, 0 gone, 6 within noise")  # a.mean and a.worst moved by 1.0
+    assert "| s.json | a.mean | 1 | 2 | +1 | 70.7σ | changed |" in head
+    assert "<summary>6 metrics within noise</summary>" in folded and "| s.json | b | 3 | 3 | +0 | - | within noise |" in folded
+    assert folded.rstrip().endswith("</details>")
+
+
+# ----------------------------------------------------------------------------- revisions of a real repository
+DVC_YAML = """\
+stages:
+  summarise:
+    cmd: python -c "pass"
+    metrics:
+      - metrics/summary.json:
+          cache: false
+"""
+
+
+def sh(cmd, cwd):
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{cmd}: {proc.stdout}\n{proc.stderr}"
+    return proc.stdout.strip()
+
+
+def commit(repo: Path, summary: dict, message: str) -> str:
+    (repo / "metrics").mkdir(exist_ok=True)
+    (repo / "metrics/summary.json").write_text(json.dumps(summary))
+    sh(["git", "add", "-A"], repo)
+    sh(["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", message], repo)
+    return sh(["git", "rev-parse", "HEAD"], repo)
+
+
+@pytest.mark.slow
+def test_empriv_diff_reads_two_revisions_and_the_working_tree(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    sh(["git", "init", "-q", "-b", "main"], repo)
+    sh(["dvc", "init", "-q"], repo)
+    (repo / "dvc.yaml").write_text(DVC_YAML)
+    a = commit(repo, {"eps8": {"gap": score(5.0, 0.1)}, "n_runs": 16}, "a")
+    b = commit(repo, {"eps8": {"gap": score(9.0, 0.1)}, "n_runs": 16, "extra": 1.0}, "b")
+    assert main(["diff", a, b, "--root", str(repo), "--json"]) == 0
+    rows = {r["metric"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["eps8.gap.mean"]["verdict"] == "changed" and rows["eps8.gap.mean"]["old"] == 5.0
+    assert rows["extra"]["verdict"] == "new" and rows["n_runs"]["verdict"] == "within noise"
+    # HEAD against the working tree (the default), where the mean moved by less than its noise
+    (repo / "metrics/summary.json").write_text(json.dumps({"eps8": {"gap": score(9.05, 0.1)}, "n_runs": 16}))
+    assert main(["diff", "--root", str(repo), "--md"]) == 0
+    md = capsys.readouterr().out
+    assert md.startswith("0 changed, 0 new, 1 gone, ")
+    assert "| metrics/summary.json | extra | 1 | - | - | - | gone |" in md
+    assert "| metrics/summary.json | eps8.gap.mean | 9 | 9.05 | +0.05 | 0.4σ | within noise |" in md
+    assert main(["diff", "--root", str(repo)]) == 0
+    assert "HEAD" in capsys.readouterr().out.splitlines()[0]
+    assert main(["diff", "no-such-rev", "--root", str(repo)]) == 2
+    assert capsys.readouterr().err.startswith("error: `dvc metrics diff no-such-rev` failed")
