@@ -98,3 +98,35 @@ def test_pld_refuses_a_composition_beyond_the_memory_limit():
     # one step at a coarse grid is small (~1.5e5 points); its 10^4-fold composition would be ~5e7 points
     with pytest.raises(AccountingError, match=r"pld accountant: the 10000-fold composition would need .* GiB"):
         ACCOUNTANTS["pld"].epsilon(0.1, 0.5, 10_000, 1e-5, vdi=1e-3)
+
+
+def test_a_probe_the_accountant_cannot_answer_does_not_decide_the_accountant():
+    """The root search steps down from a σ that meets the target; a probe far below the root that the accountant cannot
+    answer (PRV's domain at a small σ) is not a reason to switch accountants: the search probes halfway back up and
+    never below the failed σ again. Found on the default cube: ε = 64, q = 32/3000, T = 200 fell back to PLD (~20 s
+    instead of ~2 s) because one bracketing probe at σ = 0.11 failed; the root is 0.224."""
+    from empriv.privacy.search import _solve_smallest_sigma
+
+    calls = []
+
+    def eps_fn(sigma):  # ε = 4/σ², unanswerable below σ = 0.45; target 16 → root 0.5
+        calls.append(sigma)
+        if sigma < 0.45:
+            raise AccountingError("domain too wide")
+        return 4.0 / sigma**2
+
+    sigma, eps, _, _ = _solve_smallest_sigma(eps_fn, 16.0, 1e-3, guess=0.9)  # the first step down overshoots to 0.41
+    assert sigma == pytest.approx(0.5, rel=1e-3) and eps <= 16.0 and 4.0 / (sigma / 1.001) ** 2 > 16.0
+    failed = [s for s in calls if s < 0.45]
+    assert 1 <= len(failed) and all(s >= min(failed) for s in calls)  # never probed below the first failure
+    # nothing answered above the failure: the accountant's error stands (the caller falls back)
+    with pytest.raises(AccountingError, match="domain too wide"):
+        _solve_smallest_sigma(eps_fn, 16.0, 1e-3, guess=0.1)
+
+
+def test_the_default_cube_calibrates_with_prv_at_eps_64():
+    n = 3000
+    cal = calibrate_noise_multiplier(64.0, n ** -1.1, 32 / n, 200, tolerance=TOL)
+    assert cal.accountant == "prv" and cal.fallback_reason is None
+    assert verify_calibration(cal, TOL) is None
+    assert ACCOUNTANTS["pld"].epsilon(cal.noise_multiplier, 32 / n, 200, n ** -1.1) == pytest.approx(cal.epsilon, rel=2e-3)

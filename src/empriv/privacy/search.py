@@ -49,6 +49,7 @@ def _solve_smallest_sigma(
     hi: tuple[float, float] | None = None  # (x, y) with ε <= target
     pts: list[tuple[float, float]] = []
     x_min, x_max = math.log(MIN_SIGMA), math.log(MAX_SIGMA)
+    x_floor = -math.inf  # the largest log σ the accountant failed to answer (probes stay above it)
 
     def ev(x: float) -> float:
         nonlocal lo, hi
@@ -88,7 +89,7 @@ def _solve_smallest_sigma(
             step = max(step, d)
         else:
             step = min(step, -d)
-        x = x + step
+        x = max(x + step, 0.5 * (x + x_floor))  # never at or below a σ the accountant could not answer
         if x > x_max:
             raise AccountingError(
                 f"target epsilon {target:g} not reached even with noise_multiplier {MAX_SIGMA:g}"
@@ -96,7 +97,26 @@ def _solve_smallest_sigma(
         if x < x_min:
             # Even a tiny σ meets the target: report the smallest σ supported.
             return math.exp(hi[0]), math.exp(hi[1]) * target, math.exp(hi[0]), k
-        y = ev(x)
+        try:
+            y = ev(x)
+        except AccountingError:
+            # A probe below every σ known to meet the target that the accountant cannot answer (PRV: the privacy-loss
+            # domain of a small σ outgrows float64) says nothing about the root, which lies above it: probe halfway
+            # up to the smallest σ that met the target instead, and never below the failed one again. The result is
+            # still bracketed by two answered evaluations. A failure with nothing answered above it is the
+            # accountant's to report (the caller falls back).
+            if hi is None:
+                raise
+            x_floor = x
+            while True:
+                x = 0.5 * (x_floor + hi[0])
+                if hi[0] - x < H:
+                    raise
+                try:
+                    y = ev(x)
+                    break
+                except AccountingError:
+                    x_floor = x
     # Phase B: shrink the bracket [lo, hi] to width log(1+tol).
     same_side = 0
     last_hi = pts[-1][1] <= 0 if pts else True
