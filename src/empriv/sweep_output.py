@@ -209,7 +209,7 @@ class SweepOutput:
             text += f", {failed} failed"
         text += f", {duration_text(now - self._start)} elapsed"
         if final:
-            text += " (done)" if finished >= self.total else " (stopped)"
+            text += " (stopped)" if finished < self.total else " (ended with failures)" if failed else " (done)"
         elif eta is not None:
             text += f", ~{duration_text(eta)} left"
         return text
