@@ -65,9 +65,9 @@ def test_off_a_terminal_a_line_every_30_s_while_nothing_finishes():
         out.update(0, 2, 0, None)
     out.update(1, 1, 1, 300.0)  # a quarter: a line at once
     out.close()
-    assert printed == ["progress: 0/4 items (0%), 2 running, 30 s elapsed",
-                       "progress: 0/4 items (0%), 2 running, 1 min 00 s elapsed",
-                       "progress: 0/4 items (0%), 2 running, 1 min 30 s elapsed",
+    assert printed == ["progress: 0/4 items (0%), 2 running, 30 s elapsed, ETA after the first job",
+                       "progress: 0/4 items (0%), 2 running, 1 min 00 s elapsed, ETA after the first job",
+                       "progress: 0/4 items (0%), 2 running, 1 min 30 s elapsed, ETA after the first job",
                        "progress: 1/4 items (25%), 1 running, 1 failed, 1 min 40 s elapsed, ~5 min 00 s left",
                        "progress: 1/4 items (25%), 1 failed, 1 min 40 s elapsed (stopped)"]
 

@@ -581,8 +581,10 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
     out = SweepOutput(echo, tty=tty)
     try:
         with _dvc_quiet():
-            return _sweep(root, plan, result, out, engine=engine, sweep=sweep, stages_key=stages_key, items=items,
-                          jobs=jobs, params=params, dry_run=dry_run, poll_s=poll_s, matrix=matrix)
+            result = _sweep(root, plan, result, out, engine=engine, sweep=sweep, stages_key=stages_key, items=items,
+                            jobs=jobs, params=params, dry_run=dry_run, poll_s=poll_s, matrix=matrix)
+        out.note(summary_line(result))  # the line the command prints last (a dry run has no log)
+        return result
     finally:
         out.close_log()
 
@@ -678,7 +680,6 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
     _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, out)
     _collect(plan, result, root, echo)
     _prune_lock(root, echo)
-    out.note(summary_line(result))
     return result
 
 

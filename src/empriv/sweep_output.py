@@ -210,8 +210,8 @@ class SweepOutput:
         text += f", {duration_text(now - self._start)} elapsed"
         if final:
             text += " (stopped)" if finished < self.total else " (ended with failures)" if failed else " (done)"
-        elif eta is not None:
-            text += f", ~{duration_text(eta)} left"
+        else:
+            text += f", ~{duration_text(eta)} left" if eta is not None else ", ETA after the first job"
         return text
 
     def _line(self, now: float, final: bool = False) -> None:
