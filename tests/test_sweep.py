@@ -495,6 +495,40 @@ def test_local_sweep_of_every_stage_commits_them_all_in_one_lock(project):
 
 
 @pytest.mark.slow
+def test_on_a_terminal_a_sweep_draws_one_bar_and_nothing_of_dvc(project):
+    """stdout and stderr a terminal (a pseudo-terminal of 120 columns): the bar with its ETA, the final lines, no
+    per-job line and none of DVC's own progress bars (hashing, lock waits), which the sweep's process silences."""
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen([PY, "-m", "empriv.cli", "sweep", "--engine", "local", "--all"], cwd=project, env=_env(),
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other end is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.wait(timeout=240) == 0
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    assert re.search(r"sweep: +\d+%\|.*\| [1-5]/6 items \[\d\d:\d\d, ETA ~\d+ s, \d running\]", screen), screen
+    assert re.search(r"sweep: 100%\|.*\| 6/6 items \[\d\d:\d\d\]", screen), screen
+    assert "sweep: 6 done, 0 failed, 0 blocked, 0 up to date (skipped)" in screen
+    assert not re.search(r"(^|[\r\n])(submitted|done|progress:) ", screen), screen
+    assert "Collecting files" not in screen and "Waiting to acquire lock" not in screen, screen
+
+
+@pytest.mark.slow
 def test_a_sweep_removes_the_lock_entries_of_items_the_cube_dropped(project):
     """DVC keeps a dropped matrix item's dvc.lock entry for ever (and rewrites the whole file after every stage):
     the sweep removes it, and DVC is still clean."""
