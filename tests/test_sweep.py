@@ -526,6 +526,7 @@ def test_on_a_terminal_a_sweep_draws_one_bar_and_nothing_of_dvc(project):
     assert "sweep: 6 done, 0 failed, 0 blocked, 0 up to date (skipped)" in screen
     assert not re.search(r"(^|[\r\n])(submitted|done|progress:) ", screen), screen
     assert "Collecting files" not in screen and "Waiting to acquire lock" not in screen, screen
+    assert "Checking cache" not in screen, screen
 
 
 @pytest.mark.slow

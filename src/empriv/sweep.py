@@ -591,11 +591,12 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
 
 @contextlib.contextmanager
 def _dvc_quiet():
-    """DVC's own progress bars (hashing, lock waits: drawn unless its ``dvc.progress`` logger is above ERROR) and
-    info lines ("Updating lock file") would break through the sweep's bar: in this process DVC says warnings and
-    errors only while the sweep runs (the upstream ``dvc repro`` and the stage commands run in processes of their
-    own)."""
-    quiet = {"dvc": logging.WARNING, "dvc.progress": logging.CRITICAL}
+    """DVC's own progress bars (hashing, lock waits, the cache check of ``dvc status``: drawn unless the
+    ``dvc.progress`` / ``dvc_data.callbacks`` logger is above ERROR) and info lines ("Updating lock file") would
+    break through the sweep's bar: in this process DVC says warnings and errors only while the sweep runs (the
+    upstream ``dvc repro`` and the stage commands run in processes of their own)."""
+    quiet = {"dvc": logging.WARNING, "dvc.progress": logging.CRITICAL, "dvc_data": logging.WARNING,
+             "dvc_data.callbacks": logging.CRITICAL}
     levels = {name: logging.getLogger(name).level for name in quiet}
     for name, level in quiet.items():
         logging.getLogger(name).setLevel(max(level, logging.getLogger(name).getEffectiveLevel()))
