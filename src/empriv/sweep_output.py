@@ -99,7 +99,8 @@ def log_tail(path: str | Path, lines: int = TAIL_LINES) -> list[str]:
 class SweepOutput:
     """The sweep's two channels: ``say`` (printed through ``echo`` and logged) and ``note`` (logged only), and its
     progress (a tqdm bar on a terminal, else lines through ``echo``; ``tty`` None: stderr is a terminal).
-    ``clock`` (seconds) drives the elapsed time, the 30 s rule and the log's times of day come from ``time``."""
+    ``clock`` (seconds) drives the elapsed time of the lines and their 30 s rule; the log's times of day are the
+    wall clock's, and the bar keeps its own elapsed time."""
 
     def __init__(self, echo: Callable[[str], None], *, tty: bool | None = None,
                  clock: Callable[[], float] = time.monotonic, every_fraction: float = EVERY_FRACTION,
