@@ -7,18 +7,27 @@ first length, start length 5, +5 tokens and ×1.2 steps after a failure, −1 af
 separate forward pass per step to check the kept prompt, every length restarted from random
 tokens, 3 search seeds each run in full), run by ``empriv.score.acr`` with ``strategy="published"``.
 empriv's default is ``strategy="fast"`` with the same knobs (see the module's docstring for what it
-changes). For every secret both searches run on the same model; the script prints each ACR, the
-model passes (batched forward calls + backward calls), the sequences scored and the wall time, then
-the totals, their ratios (published / fast) and how many secrets reach the same ACR (a failed search has no
-ACR: it is shown as "<=bound", two failures count as equal and a success beats a failure).
+changes). For every secret both searches run on the same model; the script prints each ACR and three costs:
+
+- **sequences scored**, the primary cost: every sequence the model scores, forward and gradient — each
+  candidate prompt of a forward batch and each prompt of a gradient batch counts one (prompt candidates ×
+  batch, summed over every model call; ``PassCount.sequences``). On a CPU the time follows it;
+- **model calls** (``passes``): batched forward calls + backward calls (a gradient call counts 2), whatever
+  their batch size — the better guide where a batch costs about one call (a GPU);
+- **wall time** (seconds, one torch thread by default).
+
+Then the totals, their ratios published / fast (sequences first) and how many secrets reach the same ACR (a
+failed search has no ACR: it is shown as "<=bound", two failures count as equal and a success beats a failure).
+The JSON (``--json``) holds the rows (``sequences_*``, ``passes_*``, ``seconds_*`` per secret), the totals and
+``ratio_sequences`` (primary), ``ratio_passes`` and ``ratio_seconds``.
 
 Models: by default the pipeline's non-private fine-tune with the most compute (``models/runs/
 epsinf-…-s0``) and the base model, on ``data/secrets_filtered.jsonl`` (run ``make repro`` first).
 ``--synthetic`` builds its own: tiny GPT-2s trained on the synthetic corpus's secrets with different
 strengths of memorisation, so that some secrets compress and some do not (no pipeline needed).
 
-Exit status 1 if fewer model passes are saved than ``--goal`` (5×) or some secret's fast ACR is
-below the published one.
+Exit status 1 if fewer model calls are saved than ``--goal`` (5×; the goal of the issue that set it, on calls)
+or some secret's fast ACR is below the published one.
 """
 
 from __future__ import annotations
@@ -119,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-base", action="store_true", help="pipeline models: the fine-tuned run only")
     ap.add_argument("--synthetic", action="store_true", help="build tiny models here instead of using pipeline outputs")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier timings on a shared machine)")
-    ap.add_argument("--goal", type=float, default=5.0, help="required ratio of model passes, published / fast")
+    ap.add_argument("--goal", type=float, default=5.0, help="required ratio of model calls, published / fast")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -133,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     published = ACRSettings(strategy="published")
     fast = ACRSettings(strategy="fast")
     print(f"{len(secrets)} secrets × {len(models)} models; peer: published procedure {published}")
-    print(f"{'model':<28}{'secret':<14}{'|s|':>4}{'ACR pub':>9}{'ACR fast':>9}{'passes pub':>11}{'fast':>7}"
-          f"{'ratio':>7}{'seq ratio':>10}{'s pub':>8}{'s fast':>8}")
+    print(f"{'model':<28}{'secret':<14}{'|s|':>4}{'ACR pub':>9}{'ACR fast':>9}{'seqs pub':>10}{'fast':>9}"
+          f"{'ratio':>7}{'calls pub':>10}{'fast':>7}{'ratio':>7}{'s pub':>8}{'s fast':>8}")
     rows = []
     for mname, model in models.items():
         for s in secrets:
@@ -152,26 +161,31 @@ def main(argv: list[str] | None = None) -> int:
                    "sequences_published": rp.counts.sequences, "sequences_fast": rf.counts.sequences,
                    "seconds_published": tp, "seconds_fast": tf}
             rows.append(row)
-            print(f"{mname[:27]:<28}{s['id']:<14}{len(target):>4}{_shown(rp):>9}{_shown(rf):>9}{rp.counts.passes:>11}"
-                  f"{rf.counts.passes:>7}{rp.counts.passes / rf.counts.passes:>7.1f}"
-                  f"{rp.counts.sequences / rf.counts.sequences:>10.1f}{tp:>8.1f}{tf:>8.1f}", flush=True)
-    tot = {k: sum(r[k] for r in rows) for k in ("passes_published", "passes_fast", "sequences_published",
-                                                  "sequences_fast", "seconds_published", "seconds_fast")}
+            print(f"{mname[:27]:<28}{s['id']:<14}{len(target):>4}{_shown(rp):>9}{_shown(rf):>9}"
+                  f"{rp.counts.sequences:>10}{rf.counts.sequences:>9}{rp.counts.sequences / rf.counts.sequences:>7.1f}"
+                  f"{rp.counts.passes:>10}{rf.counts.passes:>7}{rp.counts.passes / rf.counts.passes:>7.1f}"
+                  f"{tp:>8.1f}{tf:>8.1f}", flush=True)
+    tot = {k: sum(r[k] for r in rows) for k in ("sequences_published", "sequences_fast", "passes_published",
+                                                  "passes_fast", "seconds_published", "seconds_fast")}
     order = [_compare(r) for r in rows]
     same, higher = order.count(0), order.count(1)
     lower = len(rows) - same - higher
+    ratio_sequences = tot["sequences_published"] / tot["sequences_fast"]
     ratio = tot["passes_published"] / tot["passes_fast"]
-    print(f"\ntotal model passes: published {tot['passes_published']}, fast {tot['passes_fast']} → {ratio:.1f}× fewer")
-    print(f"total sequences scored: published {tot['sequences_published']}, fast {tot['sequences_fast']} → "
-          f"{tot['sequences_published'] / tot['sequences_fast']:.1f}× fewer")
+    ratio_seconds = tot["seconds_published"] / tot["seconds_fast"]
+    print(f"\ntotal sequences scored (the primary cost): published {tot['sequences_published']}, fast "
+          f"{tot['sequences_fast']} → {ratio_sequences:.1f}× fewer")
+    print(f"total model calls: published {tot['passes_published']}, fast {tot['passes_fast']} → {ratio:.1f}× fewer")
     print(f"total wall time: published {tot['seconds_published']:.1f} s, fast {tot['seconds_fast']:.1f} s → "
-          f"{tot['seconds_published'] / tot['seconds_fast']:.1f}× faster "
+          f"{ratio_seconds:.1f}× faster "
           f"(median per secret {statistics.median(r['seconds_published'] / r['seconds_fast'] for r in rows):.1f}×)")
     print(f"ACR: equal on {same}/{len(rows)}, fast higher (a shorter prompt found) on {higher}, fast lower on {lower}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "totals": tot, "ratio_passes": ratio}, indent=1))
+        Path(args.json).write_text(json.dumps({"rows": rows, "totals": tot, "primary_cost": "sequences",
+                                               "ratio_sequences": ratio_sequences, "ratio_passes": ratio,
+                                               "ratio_seconds": ratio_seconds}, indent=1))
     ok = ratio >= args.goal and lower == 0
-    print("goal (≥ %.0f× fewer passes, no lower ACR): %s" % (args.goal, "met" if ok else "NOT met"))
+    print("goal (≥ %.0f× fewer model calls, no lower ACR): %s" % (args.goal, "met" if ok else "NOT met"))
     return 0 if ok else 1
 
 

@@ -77,6 +77,11 @@ def summarise(where: Path, log: Path | None = None) -> dict:
     out["stage_work"] = {k: {"n": v["n"], "wall_s": round(v["wall_s"], 1)} for k, v in
                          sorted(kinds.items(), key=lambda kv: -kv[1]["wall_s"])}
     out["stage_work_s"] = round(sum(v["wall_s"] for v in kinds.values()), 1)
+    # the jobs' `done` lines: in the sweep's log file, which its first line names (before that log existed, in
+    # make's output itself; reading both covers either)
+    for name in re.findall(r"^sweep: engine .*; log (\S+/sweep\.log)$", text, re.M):
+        if (where / name).exists():
+            text += "\n" + re.sub(r"^\d\d:\d\d:\d\d ", "", (where / name).read_text(errors="replace"), flags=re.M)
     done = re.findall(r"^done (\S+) \(job \d+, ([\d.]+) s", text, re.M)
     jobs = [float(s) for _, s in done]
     if jobs:

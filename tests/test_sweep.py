@@ -71,7 +71,8 @@ stages:
 
 # train.py: x + offset. RETRY_MODE (an environment variable of the test) makes an item misbehave on its first
 # attempt only (a marker file remembers it): "kill" SIGKILLs itself, "preempt" asks SLURM for the warning signal
-# (scancel --signal=USR2, as a preempting scheduler sends it) and waits to be stopped, "fail" always exits 3.
+# (scancel --signal=USR2, as a preempting scheduler sends it) and waits to be stopped, "fail" always says why on
+# stderr and exits 3.
 TRAIN_PY = """\
 import os, signal, subprocess, sys, time
 
@@ -80,6 +81,7 @@ offset = int(open("up.txt").read())
 mode = dict(m.split("=") for m in os.environ.get("RETRY_MODE", "").split(",") if m).get(x)
 marker = f".marker-{x}"
 if mode == "fail":
+    print(f"train.py: refusing x = {x}", file=sys.stderr)
     sys.exit(3)
 if mode and not os.path.exists(marker):
     open(marker, "w").close()
@@ -141,6 +143,19 @@ def project(_template, tmp_path):
 def _sweep(repo: Path, *args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([PY, "-m", "empriv.cli", "sweep", *args], cwd=repo, env=env or _env(),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def _log(run: subprocess.CompletedProcess, repo: Path) -> str:
+    """The sweep's log file, which its first printed line names, without the times of day: every line of the
+    sweep, and the per-job events (submitted, done, restored, up to date at its turn, blocked) only there."""
+    found = re.search(r"; log (\S+/sweep\.log)$", run.stdout.splitlines()[0])
+    assert found, run.stdout
+    lines = (repo / found.group(1)).read_text().splitlines()
+    assert all(re.match(r"\d\d:\d\d:\d\d ", line) for line in lines), lines
+    return "".join(line[9:] + "\n" for line in lines)
+
+
+PER_JOB = re.compile(r"^(submitted|done|restored|blocked|requeued|up to date at its turn:|jobs:) ", re.M)
 
 
 def _dvc(repo: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -381,13 +396,15 @@ def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cach
     pytest.importorskip("submitit", reason="submitit is not installed in this environment")
     run = _sweep(project, "--engine", "local")
     assert run.returncode == 0, run.stdout + run.stderr
-    out = run.stdout
+    out, log = run.stdout, _log(run, project)
     # the stale upstream stage ran first, in one `dvc repro`, before any job
-    assert out.index("upstream: dvc repro up") < out.index("Running stage 'up'") < out.index("submitted train@1")
-    # total waits for both train items, score@x for train@x and total
-    assert max(out.index("done train@1"), out.index("done train@2")) < out.index("submitted total")
-    assert out.index("done total") < min(out.index("submitted score@1"), out.index("submitted score@2"))
-    assert re.search(r"^submitted train@1: job \d+, logs \.empriv/sweep/\d{8}-\d{6}-\d+/\d+_0_log\.out and \.err$", out,
+    assert out.index("upstream: dvc repro up") < out.index("Running stage 'up'") < out.index("progress: ")
+    assert log.index("upstream: dvc repro up") < log.index("submitted train@1")
+    # total waits for both train items, score@x for train@x and total (the per-job lines are in the log only)
+    assert not PER_JOB.search(out)
+    assert max(log.index("done train@1"), log.index("done train@2")) < log.index("submitted total")
+    assert log.index("done total") < min(log.index("submitted score@1"), log.index("submitted score@2"))
+    assert re.search(r"^submitted train@1: job \d+, logs \.empriv/sweep/\d{8}-\d{6}-\d+/\d+_0_log\.out and \.err$", log,
                      re.M)
     assert "committed 5 item(s) to dvc.lock and the DVC cache; dvc status of them: clean" in out
     assert out.strip().splitlines()[-1] == "sweep: 5 done, 0 failed, 0 blocked, 0 up to date (skipped)"
@@ -401,13 +418,15 @@ def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cach
     assert again.returncode == 0, again.stderr
     assert "up to date (skipped): train@1, train@2, total, score@1, score@2" in again.stdout
     assert "nothing to run: every item is up to date" in again.stdout
-    assert not re.search("^submitted", again.stdout, re.M)
+    assert not re.search("^submitted", _log(again, project), re.M)
 
     # a changed params value: the stale upstream runs first, then every item below it
     _write_params(project, {**PARAMS, "base": {"offset": 5}})
     changed = _sweep(project, "--engine", "local", "--jobs", "1")
     assert changed.returncode == 0, changed.stdout + changed.stderr
-    assert changed.stdout.index("Running stage 'up'") < changed.stdout.index("submitted train@1")
+    assert changed.stdout.index("Running stage 'up'") < changed.stdout.index("progress: ")
+    changed_log = _log(changed, project)
+    assert changed_log.index("after upstream: 5 to run") < changed_log.index("submitted train@1")
     assert _outputs(project) == {"train-1.txt": "6", "train-2.txt": "7", "total.txt": "13", "score-1.txt": "73",
                                  "score-2.txt": "83"}
     assert json.loads(_dvc(project, "status", "--json").stdout) == {}
@@ -416,8 +435,9 @@ def test_local_sweep_runs_upstream_first_skips_fresh_items_and_uses_the_run_cach
     _write_params(project, PARAMS)
     back = _sweep(project, "--engine", "local")
     assert back.returncode == 0, back.stdout + back.stderr
-    assert not re.search("^submitted", back.stdout, re.M)
-    assert sorted(re.findall(r"^restored (\S+) from DVC's run-cache", back.stdout, re.M)) == \
+    back_log = _log(back, project)
+    assert not re.search("^submitted", back_log, re.M)
+    assert sorted(re.findall(r"^restored (\S+) from DVC's run-cache", back_log, re.M)) == \
         ["score@1", "score@2", "total", "train@1", "train@2"]
     assert _outputs(project) == OUT_1
     _assert_clean_and_no_op(project)
@@ -431,9 +451,19 @@ def test_local_sweep_of_every_stage_commits_them_all_in_one_lock(project):
     pytest.importorskip("submitit", reason="submitit is not installed in this environment")
     run = _sweep(project, "--engine", "local", "--all")
     assert run.returncode == 0, run.stdout + run.stderr
-    out = run.stdout
+    out, log = run.stdout, _log(run, project)
+    # not a terminal: the header (naming the log), a progress line per tenth of the items or 30 s, the final line
+    lines = out.strip().splitlines()
+    progress = [line for line in lines if line.startswith("progress: ")]
+    assert 1 <= len(progress) <= 12, out
+    assert re.fullmatch(r"progress: 6/6 items \(100%\), [\d a-z]+ elapsed \(done\)", progress[-1]), out
+    assert all(re.fullmatch(r"progress: [0-5]/6 items \(\d+%\), (\d running, )?[\d a-z]+ elapsed, "
+                            r"(~[\d a-z]+ left|ETA after the first job)", line) for line in progress[:-1]), out
+    assert lines[-1] == "sweep: 6 done, 0 failed, 0 blocked, 0 up to date (skipped)"
+    assert not PER_JOB.search(out) and len(re.findall("^done ", log, re.M)) == 6
+    assert all(line in log for line in lines)  # everything printed is in the log as well
     assert "Running stage" not in out and "upstream" not in out  # no dvc repro inside
-    assert out.index("done up ") < min(out.index("submitted train@1"), out.index("submitted train@2"))
+    assert log.index("done up ") < min(log.index("submitted train@1"), log.index("submitted train@2"))
     assert "committed 6 item(s) to dvc.lock and the DVC cache; dvc status of them: clean" in out
     assert "stages below the sweep" not in out
     assert _outputs(project) == OUT_1 and (project / "up.txt").read_text() == "1"
@@ -442,7 +472,7 @@ def test_local_sweep_of_every_stage_commits_them_all_in_one_lock(project):
     _write_params(project, {**PARAMS, "base": {"offset": 5}})
     changed = _sweep(project, "--engine", "local", "--all")
     assert changed.returncode == 0, changed.stdout + changed.stderr
-    assert len(re.findall("^submitted", changed.stdout, re.M)) == 6
+    assert len(re.findall("^submitted", _log(changed, project), re.M)) == 6
     assert _outputs(project)["score-2.txt"] == "83"
     _assert_clean_and_no_op(project)
 
@@ -453,14 +483,50 @@ def test_local_sweep_of_every_stage_commits_them_all_in_one_lock(project):
     _write_params(project, {**PARAMS, "base": {"offset": 5, "unused": 1}})
     same = _sweep(project, "--engine", "local", "--all")
     assert same.returncode == 0, same.stdout + same.stderr
-    assert same.stdout.splitlines()[0] == \
-        "sweep: engine local, stages up, train, total, score: 6 items, 6 to run, 0 up to date"
-    assert re.findall(r"^submitted (\S+):", same.stdout, re.M) == ["up"]
-    assert re.findall(r"^up to date at its turn: (\S+) ", same.stdout, re.M) == \
+    assert same.stdout.splitlines()[0].startswith(
+        "sweep: engine local, stages up, train, total, score: 6 items, 6 to run, 0 up to date; log .empriv/sweep/")
+    same_log = _log(same, project)
+    assert re.findall(r"^submitted (\S+):", same_log, re.M) == ["up"]
+    assert re.findall(r"^up to date at its turn: (\S+) ", same_log, re.M) == \
         ["train@1", "train@2", "total", "score@1", "score@2"]
     assert same.stdout.strip().splitlines()[-1] == "sweep: 1 done, 0 failed, 0 blocked, 5 up to date (skipped)"
     assert _outputs(project)["score-2.txt"] == "83"
     _assert_clean_and_no_op(project)
+
+
+@pytest.mark.slow
+def test_on_a_terminal_a_sweep_draws_one_bar_and_nothing_of_dvc(project):
+    """stdout and stderr a terminal (a pseudo-terminal of 120 columns): the bar with its ETA, the final lines, no
+    per-job line and none of DVC's own progress bars (hashing, lock waits), which the sweep's process silences."""
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen([PY, "-m", "empriv.cli", "sweep", "--engine", "local", "--all"], cwd=project, env=_env(),
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other end is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.wait(timeout=240) == 0
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    assert re.search(r"sweep: +\d+%\|.*\| [1-5]/6 items \[\d\d:\d\d, ETA ~\d+ s, \d running\]", screen), screen
+    assert re.search(r"sweep: 100%\|.*\| 6/6 items \[\d\d:\d\d\]", screen), screen
+    assert "sweep: 6 done, 0 failed, 0 blocked, 0 up to date (skipped)" in screen
+    assert not re.search(r"(^|[\r\n])(submitted|done|progress:) ", screen), screen
+    assert "Collecting files" not in screen and "Waiting to acquire lock" not in screen, screen
+    assert "Checking cache" not in screen, screen
 
 
 @pytest.mark.slow
@@ -493,6 +559,11 @@ def test_local_sweep_failure_names_its_log_and_commits_the_rest(project):
     out = run.stdout
     assert re.search(r"^retry train@2 \(attempt 2 of 2\): job \d+ failed: RuntimeError: train@2: command failed "
                      r"\(exit status 3\) on attempt 1; log \S+_0_log\.err$", out, re.M), out
+    # the failure in full on the terminal: the item, its exit status, its log and what its command wrote to stderr
+    assert re.search(r"^failed train@2 \(job \d+, 2 attempt\(s\)\): RuntimeError: train@2: command failed \(exit status "
+                     r"3\) on attempt 2; log \S+_0_log\.err\n  the last 1 line\(s\) its command wrote to stderr:\n"
+                     r"  \| train\.py: refusing x = 2\n", out, re.M), out
+    assert re.findall(r"^blocked (\S+):", _log(run, project), re.M) == ["total", "score@1", "score@2"]
     failed = re.search(r"^error: train@2 failed: RuntimeError: train@2: command failed \(exit status 3\) on attempt 2; "
                        r"log (\S+_0_log\.err)$", run.stderr, re.M)
     assert failed, run.stderr
@@ -560,12 +631,13 @@ def slurm(tmp_path_factory):
 def test_slurm_sweep_collects_into_one_lock(project, slurm):
     run = _sweep(project, "--engine", "slurm", env=slurm["env"])
     assert run.returncode == 0, run.stdout + run.stderr
-    out = run.stdout
+    out, log = run.stdout, _log(run, project)
     assert "resources of train: partition local, 1 CPUs, 0 GPUs, 0.25 GB, 5 min" in out
     assert "resources of score: partition local, 1 CPUs, 0 GPUs, 0.25 GB, 3 min" in out
-    jobs = dict(re.findall(r"^submitted (\S+): job (\d+), logs", out, re.M))
+    assert not PER_JOB.search(out)
+    jobs = dict(re.findall(r"^submitted (\S+): job (\d+), logs", log, re.M))
     assert sorted(jobs) == ["score@1", "score@2", "total", "train@1", "train@2"]
-    assert out.index("done train@2") < out.index("submitted score@2")
+    assert log.index("done train@2") < log.index("submitted score@2")
     # they really were SLURM jobs: the controller's job-completion records hold them, completed, named by item
     jobcomp = (slurm["state"] / "jobcomp.txt").read_text()
     for address, job_id in jobs.items():
@@ -606,16 +678,16 @@ def test_slurm_retries_a_killed_and_a_preempted_job(project, slurm):
         stop.set()
         releaser.join()
     assert run.returncode == 0, run.stdout + run.stderr
-    out = run.stdout
+    out, log = run.stdout, _log(run, project)
     # killed: the job fails, the sweep submits a new one
     assert re.search(r"^retry train@1 \(attempt 2 of 2\): job \d+ failed: RuntimeError: train@1: command failed "
                      r"\(killed by SIGKILL(, exit status 137 from the shell)?\) on attempt 1; log \S+$", out, re.M), out
-    assert len(re.findall(r"^submitted train@1: job", out, re.M)) == 2
+    assert len(re.findall(r"^submitted train@1: job", log, re.M)) == 2
     # preempted: SLURM's warning signal, submitit checkpoints and requeues the same job
-    assert len(re.findall(r"^submitted train@2: job (\d+)", out, re.M)) == 1
-    job2 = re.search(r"^submitted train@2: job (\d+)", out, re.M).group(1)
-    assert re.search(rf"^done train@1 \(job \d+, [\d.]+ s, 1 retry\)$", out, re.M), out
-    assert re.search(rf"^done train@2 \(job {job2}, [\d.]+ s, 1 retry\)$", out, re.M), out
+    assert len(re.findall(r"^submitted train@2: job (\d+)", log, re.M)) == 1
+    job2 = re.search(r"^submitted train@2: job (\d+)", log, re.M).group(1)
+    assert re.search(rf"^done train@1 \(job \d+, [\d.]+ s, 1 retry\)$", log, re.M), log
+    assert re.search(rf"^done train@2 \(job {job2}, [\d.]+ s, 1 retry\)$", log, re.M), log
     folder = next((project / ".empriv" / "sweep").iterdir())
     log2 = (folder / f"{job2}_0_log.out").read_text()
     assert f"Requeued job {job2}" in log2 and "empriv sweep: train@2 attempt 2" in log2

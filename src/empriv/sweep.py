@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import json
+import logging
 import os
 import re
 import shutil
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from empriv.config import ConfigError, ParamError, SlurmParams, SweepParams, _did_you_mean, parse_section, read_yaml
+from empriv.sweep_output import SweepOutput, eta_seconds, log_tail
 
 ENGINES = ("local", "slurm")
 WAITING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED", "RESV_DEL_HOLD",
@@ -56,6 +58,8 @@ WAITING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGU
 SUBMITIT_PIN = "submitit==1.5.4"
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # the local engine has no time limit to speak of (LocalExecutor insists on one)
 TERMINATE_GRACE_S = 60  # a preempted job's command gets this long after SIGTERM before SIGKILL
+LOG_NAME = "sweep.log"  # the sweep's log file, in its job folder
+UP_TO_DATE_SHOWN = 8  # up-to-date items named on the terminal (all of them in the log)
 
 try:  # submitit is a runtime dependency; without it the sweep says so in one line (require_submitit)
     from submitit.helpers import Checkpointable as _Checkpointable
@@ -510,6 +514,7 @@ class SweepResult:
     jobs: dict[str, list[str]] = field(default_factory=dict)  # address -> job ids
     status: dict = field(default_factory=dict)  # Repo.status of the committed items after the commit
     folder: Path | None = None
+    log: Path | None = None  # the sweep's log file (every line, the per-job events only there)
 
     @property
     def ok(self) -> bool:
@@ -535,8 +540,13 @@ def _one_line(text: str, limit: int = 300) -> str:
 def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list[str] | None = None,
               items: list[str] | None = None, jobs: int | None = None, params: str | Path | None = None,
               dry_run: bool = False, poll_s: float | None = None, everything: bool = False,
-              echo: Callable[[str], None] = print) -> SweepResult:
-    """Run a sweep (see the module docstring) and return what happened; progress goes to ``echo``.
+              echo: Callable[[str], None] = print, tty: bool | None = None) -> SweepResult:
+    """Run a sweep (see the module docstring) and return what happened.
+
+    What the user should see goes to ``echo`` (the plan's header, warnings, failures, the commit) with the progress:
+    a tqdm bar on a terminal (``tty`` None: stderr is one), else a line per tenth of the items or 30 s
+    (:mod:`empriv.sweep_output`). Every line, and the per-job events only there, goes to the sweep's log file
+    ``<job folder>/sweep.log``, which the first line names (a dry run has none).
 
     ``everything`` (``--all``): every stage of dvc.yaml runs as a job of the sweep, single stages included (in
     dependency order, two independent ones at once where ``jobs`` allows), and all of them are committed together:
@@ -565,12 +575,54 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
             check_slurm({merged_resources(sweep, s).partition for s in [*stage_names, *sweep.resources]
                          if s in all_names})
 
-    plan = make_plan(root, stage_names, items, stages_key=stages_key, everything=everything)
+    with _dvc_quiet():
+        plan = make_plan(root, stage_names, items, stages_key=stages_key, everything=everything)
     result = SweepResult(plan=plan)
+    out = SweepOutput(echo, tty=tty)
+    try:
+        with _dvc_quiet():
+            result = _sweep(root, plan, result, out, engine=engine, sweep=sweep, stages_key=stages_key, items=items,
+                            jobs=jobs, params=params, dry_run=dry_run, poll_s=poll_s, matrix=matrix)
+        out.note(summary_line(result))  # the line the command prints last (a dry run has no log)
+        return result
+    finally:
+        out.close_log()
+
+
+@contextlib.contextmanager
+def _dvc_quiet():
+    """DVC's own progress bars (hashing, lock waits, the cache check of ``dvc status``: drawn unless the
+    ``dvc.progress`` / ``dvc_data.callbacks`` logger is above ERROR) and info lines ("Updating lock file") would
+    break through the sweep's bar: in this process DVC says warnings and errors only while the sweep runs (the
+    upstream ``dvc repro`` and the stage commands run in processes of their own)."""
+    quiet = {"dvc": logging.WARNING, "dvc.progress": logging.CRITICAL, "dvc_data": logging.WARNING,
+             "dvc_data.callbacks": logging.CRITICAL}
+    levels = {name: logging.getLogger(name).level for name in quiet}
+    for name, level in quiet.items():
+        logging.getLogger(name).setLevel(max(level, logging.getLogger(name).getEffectiveLevel()))
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, engine: str, sweep: SweepParams,
+           stages_key: str, items: list[str] | None, jobs: int, params: str | Path | None, dry_run: bool,
+           poll_s: float | None, matrix: list[str]) -> SweepResult:
+    echo = out.say
+    folder = None
+    if not dry_run:  # the job folder and its log first: the first line says where the log is
+        folder = Path(sweep.folder)
+        folder = (folder if folder.is_absolute() else root / folder) / \
+            f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        out.open_log(folder / LOG_NAME)
+        result.folder, result.log = folder, folder / LOG_NAME
     between = [i.address for i in plan.items if i.between]
     echo(f"sweep: engine {engine}, stages {', '.join(plan.stages)}"
          + (f" (and between them: {', '.join(between)})" if between else "")
-         + f": {len(plan.items)} items, {len(plan.to_run)} to run, {len(plan.up_to_date)} up to date")
+         + f": {len(plan.items)} items, {len(plan.to_run)} to run, {len(plan.up_to_date)} up to date"
+         + (f"; log {_rel(folder / LOG_NAME, root)}" if folder is not None else ""))
     if plan.empty:
         echo(f"no items (empty matrix), skipped: {', '.join(plan.empty)}")
     if engine == "local":
@@ -581,7 +633,13 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
                  f"CPUs: the jobs compete for the cores (set runtime.threads to {max(1, cpus // jobs)}, or --jobs "
                  f"{max(1, cpus // threads)})")
     if plan.up_to_date:
-        echo(f"up to date (skipped): {', '.join(i.address for i in plan.up_to_date)}")
+        listed = [i.address for i in plan.up_to_date]
+        if len(listed) > UP_TO_DATE_SHOWN:
+            out.note(f"up to date (skipped): {', '.join(listed)}")
+            out.echo(f"up to date (skipped): {', '.join(listed[:UP_TO_DATE_SHOWN])} and "
+                     f"{len(listed) - UP_TO_DATE_SHOWN} more (all of them in the log)")
+        else:
+            echo(f"up to date (skipped): {', '.join(listed)}")
     for s in dict.fromkeys(i.stage for i in plan.items):
         if engine == "slurm":
             r = merged_resources(sweep, s)
@@ -616,15 +674,11 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
         _prune_lock(root, echo)
         return result
 
-    folder = Path(sweep.folder)
-    folder = (folder if folder.is_absolute() else root / folder) / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    folder.mkdir(parents=True, exist_ok=True)
-    result.folder = folder
     runner = _Engine(engine, sweep, folder, sorted({i.stage for i in plan.to_run}))
     # local: a finished job is seen within 0.1 s (0.5 s cost ~0.25 s per item of a two-job slot)
     poll_s = poll_s if poll_s is not None else (2.0 if engine == "slurm" else 0.1)
-    echo(f"job folder: {_rel(folder, root)}")
-    _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, echo)
+    out.note(f"job folder: {_rel(folder, root)}")
+    _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, out)
     _collect(plan, result, root, echo)
     _prune_lock(root, echo)
     return result
@@ -750,7 +804,9 @@ def launch_order(ready: list[Item], depth: dict[str, int], seconds: dict[str, li
 
 
 def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, folder: Path, sweep: SweepParams,
-              jobs: int, poll_s: float, echo: Callable[[str], None]) -> None:
+              jobs: int, poll_s: float, out: SweepOutput) -> None:
+    """Run the plan's stale items as jobs. Per-job events go to the log (``out.note``); the user sees the progress,
+    retries and failures (``out.say``)."""
     todo = [i for i in plan.to_run]
     stale = {i.address for i in todo}
     finished: set[str] = {i.address for i in plan.up_to_date}
@@ -761,15 +817,30 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
     max_attempts = sweep.max_retries + 1
     depth = _depths(plan.items)
     seconds: dict[str, list[float]] = {}  # command seconds of the finished jobs, per stage (launch_order)
+    held: dict[str, list[float]] = {}  # slot seconds (submission to completion) of the finished jobs, per stage (ETA)
+    peak = 1  # most jobs seen running at once (SLURM's parallelism for the ETA)
 
-    def counts() -> str:
-        states = [runner.state(r.job) for r in running.values()]
-        n_run = sum(s not in WAITING_STATES for s in states)  # running, or ended and about to be collected
-        return (f"progress: {len(running) - n_run} submitted, {n_run} running, "
+    def n_running() -> int:
+        return sum(runner.state(r.job) not in WAITING_STATES for r in running.values())  # or ended, to be collected
+
+    def counts(n_run: int) -> str:
+        return (f"jobs: {len(running) - n_run} submitted, {n_run} running, "
                 f"{len(result.done) + len(result.restored) + len(result.unchanged)} done, {len(result.failed)} failed, "
                 f"{len(todo)} waiting (of {len(stale)})")
 
+    def show(n_run: int) -> None:
+        now = time.monotonic()
+        waiting: dict[str, int] = {}
+        for i in todo:
+            waiting[i.stage] = waiting.get(i.stage, 0) + 1
+        eta = eta_seconds(held, waiting, [(r.item.stage, now - r.submitted) for r in running.values()],
+                          jobs if runner.name == "local" else peak)
+        n_finished = (len(result.done) + len(result.restored) + len(result.unchanged) + len(result.failed)
+                      + len(result.blocked))
+        out.update(n_finished, n_run, len(result.failed), eta)
+
     restore = _Restorer(root)
+    out.start(len(stale))
     try:
         while todo or running:
             # collect what finished
@@ -783,8 +854,8 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
                         r.starts += started - r.attempts_seen
                         r.attempts_seen = started
                         if r.starts > 1:  # this job started again: requeued after a preemption or timeout
-                            echo(f"requeued {address} (job {r.job.job_id}): attempt {started} of {max_attempts} "
-                                 "started")
+                            out.note(f"requeued {address} (job {r.job.job_id}): attempt {started} of {max_attempts} "
+                                     "started")
                     continue
                 del running[address]
                 error = r.job.exception()
@@ -792,32 +863,38 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
                 result.retries[address] = max(0, len(attempts) - 1)
                 log = _rel(r.job.paths.stderr, root)
                 if error is None:
-                    out = r.job.result()
-                    seconds.setdefault(r.item.stage, []).append(out["seconds"])
+                    done = r.job.result()
+                    seconds.setdefault(r.item.stage, []).append(done["seconds"])
+                    held.setdefault(r.item.stage, []).append(time.monotonic() - r.submitted)
                     result.done.append(address)
                     finished.add(address)
                     retried = f", {result.retries[address]} retr{'y' if result.retries[address] == 1 else 'ies'}" \
                         if result.retries[address] else ""
-                    echo(f"done {address} (job {r.job.job_id}, {out['seconds']:.1f} s{retried})")
+                    out.note(f"done {address} (job {r.job.job_id}, {done['seconds']:.1f} s{retried})")
                     continue
                 if type(error).__name__ == "UncompletedJobError":  # no result: killed, timed out, cancelled
                     reason = f"job ended without a result (state {runner.state(r.job)})"
                 else:
                     reason = _one_line(str(error))
                 if len(attempts) < max_attempts:
-                    echo(f"retry {address} (attempt {len(attempts) + 1} of {max_attempts}): job {r.job.job_id} "
-                         f"failed: {reason}; log {log}")
+                    out.say(f"retry {address} (attempt {len(attempts) + 1} of {max_attempts}): job {r.job.job_id} "
+                            f"failed: {reason}; log {log}")
                     todo.insert(0, r.item)
                     continue
                 result.failed[address] = f"{reason}; log {log}"
-                echo(f"failed {address} (job {r.job.job_id}, {len(attempts)} attempt(s)): {reason}; log {log}")
+                out.say(f"failed {address} (job {r.job.job_id}, {len(attempts)} attempt(s)): {reason}; log {log}")
+                tail = log_tail(r.job.paths.stderr)
+                out.say(f"  the last {len(tail)} line(s) its command wrote to stderr:" if tail else
+                        "  its command wrote nothing to stderr")
+                for line in tail:
+                    out.say(f"  | {line}")
             # launch what is ready
             for item in launch_order(todo, depth, seconds):
                 if any(n in result.failed or n in result.blocked for n in item.needs):
                     todo.remove(item)
                     result.blocked.append(item.address)
-                    echo(f"blocked {item.address}: it needs {', '.join(n for n in item.needs if n not in finished)}, "
-                         "which failed")
+                    out.note(f"blocked {item.address}: it needs "
+                             f"{', '.join(n for n in item.needs if n not in finished)}, which failed")
                     continue
                 if not all(n in finished for n in item.needs if n in stale) or (
                         runner.name == "local" and len(running) >= jobs):
@@ -829,37 +906,44 @@ def _run_jobs(plan: Plan, runner: _Engine, result: SweepResult, root: Path, fold
                         # as `dvc repro` decides at each stage's turn: what it needs re-ran and gave the same outputs
                         result.unchanged.append(item.address)
                         finished.add(item.address)
-                        echo(f"up to date at its turn: {item.address} (what it needs re-ran with the same outputs)")
+                        out.note(f"up to date at its turn: {item.address} (what it needs re-ran with the same "
+                                 "outputs)")
                         continue
                     if restore(item.address):
                         result.restored.append(item.address)
                         finished.add(item.address)
-                        echo(f"restored {item.address} from DVC's run-cache (an identical run's outputs; no job)")
+                        out.note(f"restored {item.address} from DVC's run-cache (an identical run's outputs; no job)")
                         continue
                 job = runner.submit(item, root)
                 result.jobs.setdefault(item.address, []).append(str(job.job_id))
                 running[item.address] = _Running(item, job, time.monotonic(),
                                                  len(attempts_of(folder, item.address)))
-                echo(f"submitted {item.address}: job {job.job_id}, logs {_rel(job.paths.stdout, root)} and .err")
-            line = counts()
+                out.note(f"submitted {item.address}: job {job.job_id}, logs {_rel(job.paths.stdout, root)} and .err")
+            n_run = n_running()
+            peak = max(peak, n_run)
+            line = counts(n_run)
             if line != last_counts:
-                echo(line)
+                out.note(line)
                 last_counts = line
+            show(n_run)
             if todo or running:
                 time.sleep(poll_s)
+        out.close()
     except KeyboardInterrupt:
+        out.close()
         for r in running.values():
             try:
                 r.job.cancel(check=False)
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
-        echo(f"interrupted: cancelled {len(running)} job(s); committing the {len(result.done)} finished item(s)")
+        out.say(f"interrupted: cancelled {len(running)} job(s); committing the {len(result.done)} finished item(s)")
         result.failed.update({a: "interrupted" for a in running})
         result.blocked.extend(i.address for i in todo)
         restore.close()
-        _collect(plan, result, root, echo)
+        _collect(plan, result, root, out.say)
         raise
     finally:
+        out.close()  # a no-op when closed above; the bar must not outlive an error
         restore.close()
 
 
@@ -870,6 +954,7 @@ def _collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], 
     finished = result.done + result.restored
     if not finished:
         return
+    echo(f"committing {len(finished)} item(s) to dvc.lock and the DVC cache, then dvc status")
     repo = Repo(str(root))
     try:
         with contextlib.chdir(root):

@@ -262,3 +262,30 @@ def test_the_target_loss_is_each_rows_mean_cross_entropy():
         _, grad_loss, grad_match = objective.gradients(prompts)  # the gradient call reads the same positions
         assert torch.allclose(grad_loss.double(), expected, atol=1e-5, rtol=0)
         assert torch.equal(grad_match, match)
+
+
+@pytest.mark.parametrize("strategy", ["fast", "published"])
+def test_the_counts_are_every_model_call_and_every_sequence_it_scored(memorised, tok, strategy):
+    """benchmarks/acr.py's cost measures, checked against the model itself: a hook sees every forward call the
+    search makes; a call on embeddings is a gradient call (one forward + one backward); ``sequences`` is the sum of
+    the batch sizes of every call, candidate batches and gradient batches alike."""
+    calls: list[tuple[int, bool]] = []
+
+    def seen(module, args, kwargs):
+        ids, embeds = kwargs.get("input_ids"), kwargs.get("inputs_embeds")
+        calls.append(((ids if ids is not None else embeds).shape[0], embeds is not None))
+
+    handle = memorised.register_forward_pre_hook(seen, with_kwargs=True)
+    try:
+        res = adversarial_compression_ratio(memorised, tok.encode(SECRET), ACRSettings(**QUICK, strategy=strategy),
+                                            key="secret-00")
+    finally:
+        handle.remove()
+    assert len(calls) > 2 and any(g for _, g in calls) and any(b > 1 for b, g in calls if not g)
+    assert res.counts.forward_calls == len(calls)
+    assert res.counts.backward_calls == sum(1 for _, g in calls if g)
+    assert res.counts.sequences == sum(b for b, _ in calls)
+    assert res.counts.passes == res.counts.forward_calls + res.counts.backward_calls
+    record = res.record()
+    assert (record["acr_forward_calls"], record["acr_backward_calls"], record["acr_sequences"]) == \
+        (res.counts.forward_calls, res.counts.backward_calls, res.counts.sequences)
