@@ -1,4 +1,5 @@
-"""empriv.analysis.precision: every metric's uncertainty, and the digits it is written to."""
+"""empriv.analysis.precision: every metric's uncertainty, and the digits it is written to (the module name
+test_precision is tests/train/'s, for the training precision)."""
 
 from __future__ import annotations
 
