@@ -170,7 +170,10 @@ def test_each_stage_process_of_a_unit_cube_is_counted_once(tmp_path, monkeypatch
 @pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "presets").glob("*.yaml")))
 def test_every_shipped_preset_validates(name):
     """Every preset merges over params.yaml and validates (a preset broken by a params change fails here, not on a
-    user's machine)."""
+    user's machine). A preset on the real samples needs ../shared/data beside the project (CI has it)."""
+    path = (read_yaml(ROOT / "presets" / f"{name}.yaml").get("data") or {}).get("path")
+    if path and not (ROOT / path).exists():
+        pytest.skip(f"{name}: its corpus {path} is not beside this checkout (../shared/data)")
     parse_params(resolve_preset(name, ROOT))
 
 
