@@ -51,6 +51,23 @@ def test_the_shipped_presets_are_valid_overlays_of_params_yaml(name):
     assert params.analyze.retention_fraction == parse_params(resolve_preset(name, ROOT)).analyze.retention_fraction
 
 
+def test_the_enron_tiny_preset_is_the_research_cube_on_filtered_mined_secrets():
+    """Issue 26: tiny GPT-2 fully fine-tuned on the real Enron sample, mined secrets (the filter removed all), ACR searched
+    on both ε with prompts up to the published 30 tokens, and a one-run audit at the finite ε."""
+    raw = resolve_preset("enron-tiny", ROOT)
+    params = parse_params(raw)
+    assert params.base.name == "tiny-gpt2" and params.cube.method == ["full"] == params.audit.cube.method
+    assert params.data.source == "enron" and Path(params.data.path).is_absolute()
+    assert raw["inputs"] == {"corpus": params.data.path}
+    assert params.secrets.ngram + 1 <= params.base.seq_len  # a mined n-gram fits the window
+    c = params.cube
+    assert sorted(c.epsilon) == [8, float("inf")]
+    assert min(len(c.batch_size), len(c.steps), len(c.learning_rate), len(c.seed)) >= 2 and len(params.runs()) == 32
+    acr = params.score.acr
+    assert acr.enabled and acr.epsilons is None and acr.training_seeds == [0] and acr.max_length == 30 and acr.max_secrets == 6
+    assert len(params.audit_runs()) == 1 and params.audit.cube.epsilon == [8]
+
+
 def test_a_preset_that_does_not_exist_names_the_known_ones(tmp_path):
     (tmp_path / "presets").mkdir()
     (tmp_path / "presets" / "mine.yaml").write_text("cube: {seed: [0]}\n")
