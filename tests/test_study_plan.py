@@ -94,6 +94,8 @@ def test_study_plan_prints_the_run_counts_and_positive_gpu_hours(name):
     assert f"runs: {train} train ({private} private, {nonprivate} non-private), {train} score (" in out
     assert (f"{acr} with ACR on 13 secrets" if acr else "no ACR; 52 secrets") in out
     assert f"), {audit} audit, 1 filter" in out
+    asked = 3 if name == "research-tofu-llama" else 1
+    assert f"filter: asks {asked} of the {nonprivate} non-private models (secrets.filter_runs)" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines()
             if re.match(r"^(train|score|audit|filter|total)\s+\d", line)}
     assert [int(rows[k][1]) for k in ("train", "score", "audit", "filter")] == [train, train, audit, 1]
@@ -103,7 +105,9 @@ def test_study_plan_prints_the_run_counts_and_positive_gpu_hours(name):
     assert re.search(r"memory per lora training run: [\d.]+ GB fixed \+ [\d.]+ GB per example: micro-batch \d+ fits", out)
     p = plan_preset(name, ROOT)
     assert p["counts"] == {"train": train, "train_private": private, "train_nonprivate": nonprivate, "score": train,
-                           "score_with_acr": acr, "audit": audit, "filter": 1}
+                           "score_with_acr": acr, "audit": audit, "filter": 1,
+                           # the research's filters: one non-private fine-tune (Enron), three seeds of one (TOFU)
+                           "filter_models": 3 if name == "research-tofu-llama" else 1}
     assert all(r["H100_h_total"] > 0 for r in p["table"])
     json_out = json.loads(run_cli("study", "plan", name, "--json").stdout)
     assert json_out["counts"] == p["counts"]

@@ -299,6 +299,10 @@ class SecretsParams(_Section):
     # mining (real Enron): token n-grams of length ngram, the top_k most frequent, merged
     ngram: int = Field(50, ge=2)
     filter: bool = False  # model-based filters after the non-private runs (see secrets/filtering.py)
+    # which ε = ∞ runs the filters ask (secrets/filtering.py::select_filter_runs): every one of the cube; the seeds of
+    # the non-private configuration with the most compute (largest b·T, then η); or only its first seed (the
+    # research's Enron filter: one non-private fine-tune)
+    filter_runs: Literal["all", "most_compute", "most_compute_first_seed"] = "all"
     top_k: int = Field(500, ge=1)
     min_count: int = Field(2, ge=2)
     split_rule: Literal["last_word", "half"] = "last_word"

@@ -228,11 +228,14 @@ def plan(params: Params) -> dict:
         "score": [(dense, sampled + (acr_cost if r in with_acr else 0.0)) for r in runs],
         "audit": [(train_flops(params, size, r) + 2 * 2 * size.params * canary_tokens, 0.0) for r in audits],
     }
+    from empriv.secrets.filtering import select_filter_runs
+
+    asked = select_filter_runs(runs, params.secrets.filter_runs) if params.secrets.filter else []
     if params.secrets.filter:
-        if params.data.source.endswith("tofu"):  # greedy answers of every non-private model to every author
-            filt = len(nonprivate) * n_candidates * 2 * size.params * (AIR_PROMPT_TOKENS + params.score.air_max_new_tokens)
-        else:  # ACR of every candidate under the first non-private run and under the base; greedy verbatim tests
-            filt = 2 * n_candidates * search_flops + len(nonprivate) * n_candidates * 2 * size.params * secret_tokens
+        if params.data.source.endswith("tofu"):  # greedy answers of every asked non-private model to every author
+            filt = len(asked) * n_candidates * 2 * size.params * (AIR_PROMPT_TOKENS + params.score.air_max_new_tokens)
+        else:  # ACR of every candidate under the first asked run and under the base; greedy verbatim tests
+            filt = 2 * n_candidates * search_flops + len(asked) * n_candidates * 2 * size.params * secret_tokens
         stages["filter"] = [(0.0, filt)]
 
     def hours(dense_flops: float, search: float, gpu: GPU) -> float:
@@ -258,7 +261,7 @@ def plan(params: Params) -> dict:
         "seq_len": params.base.seq_len,
         "counts": {"train": len(runs), "train_private": len(runs) - len(nonprivate), "train_nonprivate": len(nonprivate),
                    "score": len(runs), "score_with_acr": len(acr_runs), "audit": len(audits),
-                   "filter": 1 if params.secrets.filter else 0},
+                   "filter": 1 if params.secrets.filter else 0, "filter_models": len(asked)},
         "secrets": {"candidates": n_candidates, "scored": n_secrets, "acr": acr_secrets if acr_runs else 0,
                     "tokens": secret_tokens, "acr_passes_per_secret": search_passes if acr_runs else 0},
         "table": table,
@@ -305,8 +308,8 @@ def format_plan(p: dict) -> str:
         lines.append(f"memory per {method} training run: {m['fixed_gb']:.1f} GB fixed + {m['per_example_gb']:.2f} GB "
                      f"per example: {fit}")
     if p["filter_peak_gb"]:
-        lines.append(f"filter: loads the {c['train_nonprivate']} non-private models one at a time: one of them and the "
-                     f"base, ~{p['filter_peak_gb']:,.1f} GB (fp32)")
+        lines.append(f"filter: asks {c['filter_models']} of the {c['train_nonprivate']} non-private models "
+                     f"(secrets.filter_runs), loaded one at a time: one of them and the base, ~{p['filter_peak_gb']:,.1f} GB (fp32)")
     cpu = p["cpu"]
     lines.append(f"assumptions: 6N (full) / 4N (adapters) FLOPs per token, x{DP_OVERHEAD['full']} / x{DP_OVERHEAD['adapter']} "
                  f"when private; tokens = b*T*seq_len; peak bf16 312 (A100) / 989 (H100), fp32 19.5 / 67 TFLOP/s; "

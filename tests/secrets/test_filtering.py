@@ -200,3 +200,42 @@ def test_the_stage_checks_every_nonprivate_run_before_loading_any(tmp_path, monk
     assert len(models) == 2 and loads == []  # nothing loaded until the filters reach a run
     models[1]
     assert loads == [tmp_path / runs[1].file_stem]
+
+
+def test_filter_runs_choose_the_most_compute_configuration_and_its_seeds(tmp_path, monkeypatch):
+    import empriv.models.adapters as adapters
+    from empriv.pipeline.filter import filter_runs, nonprivate_models
+    from empriv.secrets.filtering import select_filter_runs
+
+    cube = {"epsilon": [8, "inf"], "batch_size": [8, 16], "steps": [100, 50], "learning_rate": [0.01, 0.003],
+            "seed": [0, 1, 2]}
+    params = parse_params({"secrets": {"filter": True}, "cube": cube})
+    runs = params.runs()
+    assert len(select_filter_runs(runs, "all")) == 2 * 2 * 2 * 3
+    most = select_filter_runs(runs, "most_compute")
+    # b·T: 8·100 = 800 = 16·50 < 16·100 = 1600; the tie on b·T goes to the larger η (0.01 over 0.003)
+    assert {(r.batch_size, r.steps, r.learning_rate) for r in most} == {(16, 100, 0.01)}
+    assert [r.seed for r in most] == [0, 1, 2] and not any(r.private for r in most)
+    assert select_filter_runs(runs, "most_compute_first_seed") == most[:1]
+    from empriv.config import RunConfig
+
+    inf = float("inf")
+    tied = [RunConfig(inf, 16, 50, 0.01, 0), RunConfig(inf, 8, 100, 0.01, 0), RunConfig(inf, 16, 50, 0.01, 1)]
+    # equal b·T and η: the first configuration in the cube's order, every seed of it
+    assert select_filter_runs(tied, "most_compute") == [tied[0], tied[2]]
+    assert select_filter_runs([r for r in runs if r.private], "most_compute") == []
+    with pytest.raises(ValueError, match="secrets.filter_runs: 'best' is not one of all, most_compute"):
+        select_filter_runs(runs, "best")
+    with pytest.raises(ConfigError, match="secrets.filter_runs: not an allowed value .got 'best'"):
+        parse_params({"secrets": {"filter_runs": "best"}, "cube": cube})
+
+    # the stage checks and loads only the asked runs
+    params = parse_params({"secrets": {"filter": True, "filter_runs": "most_compute_first_seed"}, "cube": cube})
+    (asked,) = filter_runs(params)
+    loads = []
+    monkeypatch.setattr(adapters, "load_finetuned", lambda path, base: loads.append(path) or object())
+    (tmp_path / asked.file_stem).mkdir(parents=True)  # the other 11 non-private runs are absent: not asked
+    models = nonprivate_models(params, tmp_path)
+    assert len(models) == 1
+    models[0]
+    assert loads == [tmp_path / asked.file_stem]

@@ -33,22 +33,28 @@ def acr_scorer(params: Params, tokenizer):
     return acr
 
 
+def filter_runs(params: Params) -> list:
+    """The ε = ∞ runs of the cube the filters ask (``secrets.filter_runs``), in the cube's order."""
+    from empriv.secrets.filtering import select_filter_runs
+
+    return select_filter_runs(params.runs(), params.secrets.filter_runs)
+
+
 def nonprivate_models(params: Params, runs_dir: Path = paths.RUNS_DIR):
-    """The cube's ε = ∞ runs, in the cube's order, as a :class:`~empriv.secrets.filtering.LazyModels` (each run is
-    loaded only when the filters reach it). Every run's directory is checked here, before any model is loaded:
-    a missing one raises ``FileNotFoundError`` naming it."""
+    """The ε = ∞ runs the filters ask (:func:`filter_runs`), in the cube's order, as a
+    :class:`~empriv.secrets.filtering.LazyModels` (each run is loaded only when the filters reach it). Every run's
+    directory is checked here, before any model is loaded: a missing one raises ``FileNotFoundError`` naming it."""
     from functools import partial
 
     from empriv.models.adapters import load_finetuned
     from empriv.secrets.filtering import LazyModels
 
     loaders = []
-    for run in params.runs():
-        if not run.private:
-            path = Path(runs_dir) / run.file_stem
-            if not path.exists():
-                raise FileNotFoundError(f"{path} (the non-private run {run.name} must be trained first)")
-            loaders.append(partial(load_finetuned, path, paths.BASE_DIR))
+    for run in filter_runs(params):
+        path = Path(runs_dir) / run.file_stem
+        if not path.exists():
+            raise FileNotFoundError(f"{path} (the non-private run {run.name} must be trained first)")
+        loaders.append(partial(load_finetuned, path, paths.BASE_DIR))
     return LazyModels(loaders)
 
 
@@ -75,6 +81,8 @@ def main(params: Params, secrets_path: str | Path = paths.SECRETS, out_path: str
                                   acr_max_base=sp.acr_max_base, acr=acr, air_template=params.score.air_template,
                                   air_max_new_tokens=params.score.air_max_new_tokens)
     write_jsonl(out_path, kept)
+    if sp.filter:  # which fine-tunes decided (run names; no secret text)
+        record = {**record, "filter_runs": sp.filter_runs, "runs": [r.name for r in filter_runs(params)]}
     metrics = {**record, "kept": [s["id"] for s in kept]}
     write_json(metrics_path, metrics)
     log.info("secret filters %s: %d of %d secrets kept", "ran" if record["enabled"] else "disabled", len(kept), len(secrets))

@@ -71,6 +71,30 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
+FILTER_RUN_RULES = ("all", "most_compute", "most_compute_first_seed")
+
+
+def select_filter_runs(runs: Sequence, rule: str = "all") -> list:
+    """The ε = ∞ runs the filters ask, in the cube's order (``secrets.filter_runs``).
+
+    ``runs`` are :class:`~empriv.config.RunConfig` (anything with ``private``, ``batch_size``, ``steps``,
+    ``learning_rate``, ``seed``, ``unit``, ``method``). ``all``: every non-private run. ``most_compute``: the runs
+    of the one non-private configuration (unit, method, b, T, η) with the largest b·T, ties to the larger η, then to
+    the first in the cube's order — every seed of it. ``most_compute_first_seed``: only the first of those (the
+    research's Enron filter asked one non-private GPT-2-L fine-tune; its TOFU filter, three seeds of one)."""
+    if rule not in FILTER_RUN_RULES:
+        raise ValueError(f"secrets.filter_runs: {rule!r} is not one of {', '.join(FILTER_RUN_RULES)}")
+    nonprivate = [r for r in runs if not r.private]
+    if rule == "all" or not nonprivate:
+        return nonprivate
+    order: dict[tuple, int] = {}
+    for r in nonprivate:
+        order.setdefault((r.unit, r.method, r.batch_size, r.steps, r.learning_rate), len(order))
+    best = max(order, key=lambda c: (c[2] * c[3], c[4], -order[c]))
+    chosen = [r for r in nonprivate if (r.unit, r.method, r.batch_size, r.steps, r.learning_rate) == best]
+    return chosen[:1] if rule == "most_compute_first_seed" else chosen
+
+
 def greedy_text(model, tokenizer, prompt: str, max_new_tokens: int) -> str:
     from empriv.models.lm import sample_continuations
 
