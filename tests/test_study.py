@@ -52,7 +52,8 @@ def test_the_shipped_presets_are_valid_overlays_of_params_yaml(name):
 
 
 def test_the_enron_tiny_preset_is_the_research_cube_on_filtered_mined_secrets():
-    """Issue 26: tiny GPT-2 fully fine-tuned on the real Enron sample, mined secrets (the filter removed all), ACR searched
+    """Issue 26: tiny GPT-2 fully fine-tuned on the real Enron sample, mined secrets through the research's filter (one
+    non-private fine-tune: the most-compute configuration's first seed), ACR searched
     on both ε with prompts up to the published 30 tokens, and a one-run audit at the finite ε."""
     raw = resolve_preset("enron-tiny", ROOT)
     params = parse_params(raw)
@@ -60,6 +61,7 @@ def test_the_enron_tiny_preset_is_the_research_cube_on_filtered_mined_secrets():
     assert params.data.source == "enron" and Path(params.data.path).is_absolute()
     assert raw["inputs"] == {"corpus": params.data.path}
     assert params.secrets.ngram + 1 <= params.base.seq_len  # a mined n-gram fits the window
+    assert params.secrets.filter and params.secrets.filter_runs == "most_compute_first_seed"
     c = params.cube
     assert sorted(c.epsilon) == [8, float("inf")]
     assert min(len(c.batch_size), len(c.steps), len(c.learning_rate), len(c.seed)) >= 2 and len(params.runs()) == 32

@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     sr.add_argument("preset", help="name of presets/<name>.yaml")
     sr.add_argument("--data-path", default=None, help="override the preset's data.path (your own corpus)")
     sr.add_argument("--root", default=".", help="project root (default: the current directory)")
-    sr.add_argument("--jobs", type=int, default=1, help="dvc repro --jobs (keep 1 on a 2-core machine)")
+    sr.add_argument("--jobs", type=int, default=None, help="stages at once (default: the preset's sweep.jobs)")
     sr.set_defaults(func=_study)
     sp = st_sub.add_parser("plan", help="validate a preset and print its run counts and an ESTIMATE of its GPU hours "
                            "and memory on one A100/H100 (arithmetic from FLOPs: see docs/gpu.md)")

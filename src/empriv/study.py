@@ -11,8 +11,10 @@ file is the study's ``params.yaml`` — what ``dvc repro`` reads and ``dvc.lock`
    committed code, and its results name that commit), writes the preset there as ``params.yaml``
    and points that worktree's DVC cache at the project's own (``.dvc/config.local``), so outputs
    are cached once and the real base's weights are built once;
-3. runs ``dvc repro`` there, recording every stage process's wall time, CPU time and peak memory
-   (``$EMPRIV_TIMING_LOG``, written by :func:`empriv.stage.record_cost`);
+3. runs the whole pipeline there as ``make repro`` does — ``empriv sweep --engine local --all`` (every stage a
+   job, ``sweep.jobs`` or ``--jobs`` at once, one lock dump), then ``dvc repro`` (a no-op check that nothing is
+   left stale) — recording every stage process's wall time, CPU time and peak memory
+   (``$EMPRIV_TIMING_LOG``, written by :func:`empriv.stage.record_cost`), and stops the study's warm worker;
    A study stopped part-way and run again resumes: DVC skips the stages that finished, and the
    cost records of the earlier attempt are kept;
 4. copies the study's metrics, analysis plots, report, params and ``dvc.lock`` into
@@ -134,7 +136,7 @@ def study_env(work: Path, timing: Path) -> dict:
             "PYTHONPATH": os.pathsep.join([str(work / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
-def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int = 1) -> dict:
+def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int | None = None) -> dict:
     """Run preset ``name`` end to end (see the module docstring); returns ``study.json``'s content."""
     root = root.resolve()
     raw = resolve_preset(name, root, data_path)
@@ -153,13 +155,23 @@ def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int 
         timing.unlink(missing_ok=True)
     env = study_env(work, timing)
     started = time.time()
+    sweep = [sys.executable, "-m", "empriv.cli", "sweep", "--engine", "local", "--all", "--root", str(work),
+             *(["--jobs", str(jobs)] if jobs else [])]
     with open(out / "dvc_repro.log", "a", encoding="utf-8") as log:
-        proc = subprocess.run(["dvc", "repro", *(["--jobs", str(jobs)] if jobs > 1 else [])], cwd=work, env=env,
-                              stdout=log, stderr=subprocess.STDOUT, text=True)
+        proc = None
+        for cmd in (sweep, ["dvc", "repro"]):
+            log.write(f"$ {' '.join(cmd)}\n")
+            log.flush()
+            proc = subprocess.run(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+            if proc.returncode:
+                break
+        subprocess.run([sys.executable, "-m", "empriv.warm", "--stop"], cwd=work, env=env, stdout=log,
+                       stderr=subprocess.STDOUT, text=True)
     wall = time.time() - started
     study = collect(name, root, raw=raw, commit=commit, exit_code=proc.returncode, wall_time_s=wall)
     if proc.returncode != 0:
-        raise RuntimeError(f"study {name!r}: dvc repro failed with exit code {proc.returncode}; see {out / 'dvc_repro.log'}")
+        raise RuntimeError(f"study {name!r}: `{' '.join(proc.args[:2] if proc.args[0] == 'dvc' else proc.args[2:5])}` "
+                           f"failed with exit code {proc.returncode}; see {out / 'dvc_repro.log'}")
     return study
 
 
