@@ -434,6 +434,7 @@ def test_the_old_plot_definitions_are_caught(repo, vega_routes, tmp_path):
     assert plots["plots_analysis_variance_csv"]["symbol"] == len(finite)  # every ∞ point dropped
 
 
+@pytest.mark.optional(reason="a manual check of HTML written elsewhere")
 def test_existing_dvc_plots_html_renders(request):
     """Check HTML that `dvc plots show`/`diff` wrote elsewhere (e.g. in the project), when EMPRIV_DVC_PLOTS_HTML names it."""
     target = os.environ.get("EMPRIV_DVC_PLOTS_HTML")

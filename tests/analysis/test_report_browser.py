@@ -214,6 +214,7 @@ def test_a_broken_figure_is_caught(report, tmp_path):
         _check_in_browser(broken, None, tmp_path / "broken.png")
 
 
+@pytest.mark.optional(reason="a manual check of a report built elsewhere")
 def test_existing_report_renders(tmp_path):
     """Check a report built elsewhere (the pipeline's), when EMPRIV_REPORT_HTML names it."""
     target = os.environ.get("EMPRIV_REPORT_HTML")
