@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from empriv.analysis.stats import sample_std as _std
+
 RISK_METHODS = ("algorithm1", "best_utility")
 
 
@@ -31,14 +33,6 @@ def _values(frame, column: str) -> list[float]:
         return []
     return [float(v) for v in frame[column].cast(pl.Float64).fill_nan(None).drop_nulls().to_list()]
 
-
-def _std(vals: list[float]) -> float | None:
-    if len(vals) < 2:
-        return None
-    if max(vals) == min(vals):
-        return 0.0
-    m = sum(vals) / len(vals)
-    return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
 
 
 def _stats(vals: list[float], seed_stds: list[float] | None = None, seed_counts: list[int] | None = None) -> dict:

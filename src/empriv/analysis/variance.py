@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from empriv.analysis.stats import sample_std as _std
 from empriv.analysis.table import epsilon_label
 
 
@@ -222,14 +223,6 @@ def group_std(configs, score: str, by: list[str] | tuple[str, ...] = ("epsilon",
                                 if "group" in g.columns else [])})
     return out
 
-
-def _std(vals: list[float]) -> float | None:
-    if len(vals) < 2:
-        return None
-    if max(vals) == min(vals):
-        return 0.0  # equal values: exactly 0, not the rounding residue of their mean (~1e-16)
-    m = sum(vals) / len(vals)
-    return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
 
 
 def seed_vs_configuration(configs, score: str, by: str = "epsilon") -> dict:

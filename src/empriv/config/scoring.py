@@ -1,0 +1,111 @@
+"""Sections of scoring and analysis: ``score`` (with ``score.acr``, the ACR search) and ``analyze``."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from empriv.config.errors import ParamError, _did_you_mean
+from empriv.config.runs import RunConfig
+from empriv.config.values import (
+    AIR_TEMPLATE,
+    PRIVACY_SCORES,
+    SCORE_NAMES,
+    UTILITY_SCORES,
+    Epsilon,
+    _epsilon_list,
+    _known_names,
+    _Section,
+)
+
+
+class ACRParams(_Section):
+    """Adversarial compression ratio (score/acr.py): which runs and secrets get it, and the search budget."""
+
+    enabled: bool = True
+    training_seeds: list[int] | None = [0]  # cube seeds whose runs get ACR (null: every run)
+    epsilons: list[Epsilon] | None = None  # cube ε values whose runs get ACR (null: all); each in (0, EPSILON_MAX] or inf
+    max_secrets: int | None = Field(None, ge=1)  # the first N secrets (null: all)
+    strategy: Literal["fast", "published"] = "fast"
+    top_k: int = Field(250, ge=1)
+    candidates: int = Field(100, ge=1)
+    steps: int = Field(200, ge=1)
+    step_growth: float = Field(1.2, ge=1.0)
+    start_length: int = Field(5, ge=1)
+    grow: int = Field(5, ge=1)
+    max_length: int = Field(30, ge=1)
+    seeds: list[int] = Field([0, 1, 2], min_length=1)
+    patience: int | None = Field(40, ge=1)
+    patience_tolerance: float = Field(0.02, ge=0.0, lt=1.0)
+
+    @field_validator("epsilons", mode="before")
+    @classmethod
+    def _eps(cls, v: Any) -> Any:
+        return None if v is None else _epsilon_list(v)
+
+    @model_validator(mode="after")
+    def _lengths(self) -> "ACRParams":
+        if self.max_length < self.start_length:
+            raise ParamError(f"must be >= start_length = {self.start_length}", self.max_length,
+                             f"an integer >= {self.start_length}", key="max_length")
+        return self
+
+    def applies_to(self, run: "RunConfig") -> bool:
+        if not self.enabled:
+            return False
+        if self.training_seeds is not None and run.seed not in self.training_seeds:
+            return False
+        return self.epsilons is None or any(float(e) == float(run.epsilon) for e in self.epsilons)
+
+
+class ScoreParams(_Section):
+    vmr_samples: int = Field(10, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_k: int = Field(50, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    n_controls: int = Field(20, ge=1)
+    eval_batch_size: int = Field(64, ge=1)
+    seed: int = 0
+    air_template: str = AIR_TEMPLATE  # {x}: the author's name
+    air_samples: int = Field(10, ge=1)
+    air_max_new_tokens: int = Field(20, ge=1)
+    acr: ACRParams = ACRParams()
+
+    @field_validator("air_template")
+    @classmethod
+    def _air_template(cls, v: str) -> str:
+        if "{x}" not in v:
+            raise ParamError("must contain {x} (where the author's name goes)", v, "a question with {x} in it")
+        return v
+
+
+class AnalyzeParams(_Section):
+    scores: list[str] = ["acr_success_rate", "acr_mean", "acr_max", "exposure_gap_mean", "exposure_gap_vs_base_mean", "continuation_nll_mean",
+                         "vmr_mean", "test_nll"]
+    # Empirical privacy scores (higher = more memorised) for variance, regression, heuristics and selection;
+    # the first available one is the report's primary score. Absent or all-null columns are skipped (noted).
+    privacy_scores: list[str] = ["acr_success_rate", "acr_mean", "acr_max", "air_mean", "air_max", "exposure_gap_mean", "exposure_gap_worst",
+                                 "vmr_mean", "vmr_worst", "vmr_max", "vmr_greedy_mean", "vmr_greedy_max"]
+    utility: str = "test_nll"  # lower = better
+    retention_fraction: float = Field(0.9, ge=0, le=1)  # keep configurations with >= this share of the best utility gain
+    base_utility: float | None = None  # null: records/base.json's test_nll
+    monte_carlo_trials: int = Field(5000, ge=0)
+    seed: int = 0
+
+    @field_validator("scores")
+    @classmethod
+    def _scores(cls, v: list[str]) -> list[str]:
+        return _known_names(v, SCORE_NAMES)
+
+    @field_validator("privacy_scores")
+    @classmethod
+    def _privacy_scores(cls, v: list[str]) -> list[str]:
+        return _known_names(v, PRIVACY_SCORES, "not an empirical privacy score (higher = more memorised)")
+
+    @field_validator("utility")
+    @classmethod
+    def _utility(cls, v: str) -> str:
+        if v not in UTILITY_SCORES:
+            raise ParamError("not a utility score" + _did_you_mean(v, UTILITY_SCORES), v, ", ".join(UTILITY_SCORES))
+        return v
