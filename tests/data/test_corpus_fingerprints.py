@@ -46,12 +46,12 @@ def _prepared(p) -> str:
 
 @pytest.fixture(scope="module")
 def data():
-    return load_params(ROOT / "params.yaml").data.model_copy(update=DEFAULT_DATA)
+    return load_params(ROOT / "params.yaml").data.model_copy(update={**DEFAULT_DATA, "source": "synthetic-enron"})
 
 
 def test_the_default_corpora_are_unchanged(data):
     got = {
-        "default_synthetic_enron": _prepared(prep.synthetic_enron(data.model_copy(update={"source": "synthetic-enron"}))),
+        "default_synthetic_enron": _prepared(prep.synthetic_enron(data)),
         "default_enron_public": _sha(prep.enron_public(data)),
         "default_synthetic_tofu": _prepared(prep.tofu(data.model_copy(update={"source": "synthetic-tofu"}))),
     }
@@ -65,6 +65,7 @@ def test_small_corpora_are_unchanged():
     got = {
         "small_corpus": _sha(splits + [[dataclasses.asdict(s) for s in c.secrets]]),
         "small_public": _sha([dataclasses.asdict(e) for e in generate_public(50, 5, ("x",))]),
-        "small_tofu": _sha([[dataclasses.asdict(a) for a in tofu.authors], [dataclasses.asdict(r) for r in tofu.records]]),
+        "small_tofu": _sha([[dataclasses.asdict(a) for a in tofu.authors],
+                            [dataclasses.asdict(r) for r in tofu.records]]),
     }
     assert got == {k: EXPECTED[k] for k in got}

@@ -2,10 +2,10 @@
 
 Per-sample gradients
 --------------------
-The trainable prefix / prompt tensors live in :class:`~empriv.models.virtual_tokens.VirtualTokens`, a small module whose output is
-its [P, W] table broadcast to [B, P, W] (B read off the batch it is given). Its opacus grad sampler is
-registered in :mod:`empriv.models.virtual_tokens`: each sample's output is the table itself, so the per-sample gradient of the table is
-exactly the gradient that flowed into that sample's copy (opacus' "backprops"). The reparameterised
+The trainable prefix / prompt tensors live in :class:`~empriv.models.virtual_tokens.VirtualTokens`, a small
+module whose output is its [P, W] table broadcast to [B, P, W] (B read off the batch it is given). Its opacus grad
+sampler is registered in :mod:`empriv.models.virtual_tokens`: each sample's output is the table itself, so the
+per-sample gradient of the table is exactly the gradient that flowed into that sample's copy (opacus' "backprops"). The reparameterised
 prefix runs its MLP on the broadcast [B, P, d] embeddings, so the MLP's ``nn.Linear`` layers get their
 per-sample gradients from opacus' own Linear hooks; the head is an ``nn.Linear``; LoRA and full use
 opacus' hooks on the converted GPT-2 ``nn.Linear`` layers (Conv1D → Linear, :mod:`empriv.models.conv1d`). So
