@@ -153,6 +153,203 @@ def test_no_import_cycles_between_packages():
     assert ic.cycles("package") == []
 
 
+# ----------------------------------------------------------------------------- module-level import cycles
+
+
+def module_import_graph(src: Path, top: str) -> dict[str, set[str]]:
+    """Module → the modules of package ``top`` (the directory ``src/top``) it imports, read from the AST.
+
+    - Every ``import`` counts, at module level or inside a function (or under ``if TYPE_CHECKING``): a lazy import
+      does not fail at import time, but the two modules still need each other (neither can be read, tested, moved or
+      fingerprinted alone), and the code fingerprints follow lazy imports too.
+    - ``import a.b.c`` and ``from a.b.c import x`` are edges to ``a.b.c`` and to the packages ``a.b``, ``a`` whose
+      ``__init__`` runs first — except the packages that contain the importing module: those are being imported
+      already (a module's implicit edge to its own parent package is no dependency).
+    - ``from p import n`` where ``p.n`` is a submodule is an edge to ``p.n``; reading any other name from ``p`` is an
+      edge to ``p``'s ``__init__``, even from inside ``p`` (a submodule that imports its package's face while the
+      ``__init__`` imports that submodule is a cycle).
+    - A package's ``__init__`` importing its submodules counts like any module (``p`` → ``p.sub``).
+    """
+    root = src / top
+    files = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        files[".".join(parts)] = path
+    modules = set(files)
+
+    def packages(name: str) -> list[str]:  # a.b.c -> [a, a.b]
+        parts = name.split(".")
+        return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        is_pkg = path.name == "__init__.py"
+        own = set(packages(name)) | ({name} if is_pkg else set())  # packages this module is inside of
+        edges: set[str] = set()
+
+        def target(mod: str) -> None:
+            for m in [*packages(mod), mod]:
+                if m in modules and m not in own:
+                    edges.add(m)
+
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    target(alias.name)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if is_pkg else name.split(".")[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                target(mod)
+                for alias in node.names:
+                    sub = f"{mod}.{alias.name}"
+                    if sub in modules:
+                        edges.add(sub)
+                    elif mod in modules:  # a name defined by the package's __init__ (or the module itself)
+                        edges.add(mod)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component of more than one module (Tarjan, iterative), as the path
+    ``[m0, m1, …, m0]`` of imports that closes it, the component's smallest module first."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = set()
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.add(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    components.append(comp)
+    cycles = []
+    for comp in components:  # the shortest path back to the start inside the component (breadth first)
+        start = min(comp)
+        previous: dict[str, str] = {}
+        frontier = [start]
+        while start not in previous:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph[v] & comp):
+                    if w not in previous:
+                        previous[w] = v
+                        nxt.append(w)
+            frontier = nxt
+        path = [start]
+        while path[-1] != start or len(path) == 1:
+            path.append(previous[path[-1]])
+        cycles.append(path[::-1])
+    return sorted(cycles)
+
+
+def assert_no_import_cycles(src: Path, top: str) -> None:
+    cycles = import_cycles(module_import_graph(src, top))
+    assert not cycles, "module-level import cycles (cut each by moving what both need into a module of its own):\n" + \
+        "\n".join(" → ".join(c) for c in cycles)
+
+
+def test_no_import_cycles_between_modules():
+    assert_no_import_cycles(ROOT / "src", "empriv")
+
+
+def _write_package(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_the_module_cycle_check_fails_on_a_cycle(tmp_path):
+    """A tiny package in tmp_path: the check passes on the normal package patterns and fails, printing the cycle, on
+    a circle through a lazy import, through ``from pkg import submodule`` and through a package's face."""
+    base = {"toy/__init__.py": "",
+            "toy/a.py": "from toy.b import helper\n",
+            "toy/b.py": "def helper():\n    return 1\n",
+            # a package's __init__ importing its submodules, the submodules importing each other one way
+            "toy/pkg/__init__.py": "from toy.pkg.inner import VALUE\nfrom . import outer\n",
+            "toy/pkg/inner.py": "VALUE = 1\n",
+            "toy/pkg/outer.py": "from . import inner\nfrom .inner import VALUE\n"}
+    src = _write_package(tmp_path / "clean", base)
+    assert_no_import_cycles(src, "toy")
+    graph = module_import_graph(src, "toy")
+    assert graph["toy.a"] == {"toy.b"} and graph["toy.pkg"] == {"toy.pkg.inner", "toy.pkg.outer"}
+    assert graph["toy.pkg.outer"] == {"toy.pkg.inner"}  # its own package's __init__ is no edge
+
+    lazy = _write_package(tmp_path / "lazy", {**base,
+                                              "toy/b.py": "def helper():\n    from toy import a\n    return a\n"})
+    assert import_cycles(module_import_graph(lazy, "toy")) == [["toy.a", "toy.b", "toy.a"]]
+    with pytest.raises(AssertionError, match="toy.a → toy.b → toy.a"):
+        assert_no_import_cycles(lazy, "toy")
+
+    submodule = _write_package(tmp_path / "submodule", {**base, "toy/c.py": "from toy.pkg import inner\n",
+                                                        "toy/pkg/inner.py": "import toy.c\nVALUE = 1\n"})
+    cycles = import_cycles(module_import_graph(submodule, "toy"))
+    assert ["toy.c", "toy.pkg.inner", "toy.c"] in cycles
+
+    face = _write_package(tmp_path / "face", {**base, "toy/pkg/inner.py": "from toy.pkg import outer\nVALUE = 1\n",
+                                              "toy/pkg/outer.py": "def f():\n    from toy.pkg import VALUE\n"})
+    with pytest.raises(AssertionError, match=r"toy\.pkg → toy\.pkg\.outer → toy\.pkg"):
+        assert_no_import_cycles(face, "toy")
+
+
+# ----------------------------------------------------------------------------- module size
+
+MAX_MODULE_LINES = 500  # a module over this holds two concerns (docs: ARCHITECTURE.md)
+OVERSIZED = {  # issue 27: to split — remove a module from this list once it is under the limit; never add one
+    "src/empriv/score/acr.py",
+    "src/empriv/secrets/mining.py",
+    "src/empriv/sweep.py",
+    "src/empriv/train/dpflat.py",
+    "src/empriv/train/userwise.py",
+    "src/empriv/warm.py",
+}
+
+
+def test_no_module_is_over_500_lines_but_those_still_to_split():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in sorted((ROOT / "src").rglob("*.py"))}
+    over = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}
+    new = {path: n for path, n in over.items() if path not in OVERSIZED}
+    assert not new, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {new}"
+    done = sorted(path for path in OVERSIZED if sizes.get(path, 0) <= MAX_MODULE_LINES)
+    assert not done, f"under {MAX_MODULE_LINES} lines now (or gone): remove them from OVERSIZED: {done}"
+
+
 def _library_modules():
     for path in sorted((ROOT / "src/empriv").rglob("*.py")):
         name = ic.module_name(path)

@@ -270,12 +270,12 @@ def _positions(labels: list[str]) -> dict[str, int]:
 def plot_adaptation_audit(summary: dict, out: Path) -> Path | None:
     """AUC of the headline attack against ε, a line per method, one panel per dataset (ε on an ordinal axis with ∞
     last; dashed: chance)."""
-    from empriv.analysis.figures import _plt, _save, epsilon_display
+    from empriv.analysis.plotting import epsilon_display, pyplot, save_figure
 
     attack = summary.get("headline_attack")
     if not attack:
         return None
-    plt = _plt()
+    plt = pyplot()
     labels = summary["epsilons"]
     pos = _positions(labels)
     fig, axes = plt.subplots(1, len(summary["datasets"]), figsize=(4.6 * len(summary["datasets"]), 3.6),
@@ -297,18 +297,18 @@ def plot_adaptation_audit(summary: dict, out: Path) -> Path | None:
     axes[0][0].set_ylabel(f"AUC ({attack})")
     fig.suptitle(f"Membership inference on the adaptation data: {attack} AUC per method (dashed: chance)")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_pretraining_leakage(summary: dict, out: Path) -> Path | None:
     """AUC of the pre-training-data attack on the adapted model against ε, a line per method, one panel per
     dataset; the base model's AUC (mean over runs) as a grey dashed line."""
-    from empriv.analysis.figures import _plt, _save, epsilon_display
+    from empriv.analysis.plotting import epsilon_display, pyplot, save_figure
 
     pre = summary.get("pretraining") or []
     if not any(p["auc_adapted"] is not None for p in pre):
         return None
-    plt = _plt()
+    plt = pyplot()
     labels = summary["epsilons"]
     pos = _positions(labels)
     datasets = [d for d in summary["datasets"] if any(p["dataset"] == d for p in pre)]
@@ -330,4 +330,4 @@ def plot_pretraining_leakage(summary: dict, out: Path) -> Path | None:
     axes[0][0].set_ylabel("pre-training data AUC")
     fig.suptitle("Leakage of the pre-training data after private adaptation (dashed: before)")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)

@@ -1,5 +1,5 @@
-"""The analyze stage's figures: matplotlib PNGs (embedded in the HTML report, :mod:`empriv.analysis.report`)
-and the CSV data of the DVC plots.
+"""The analyze stage's figures: matplotlib PNGs (embedded in the HTML report, :mod:`empriv.analysis.report`);
+the CSV data of the DVC plots is :mod:`empriv.analysis.plot_data` (its writers importable from here too).
 
 Each figure takes the analysis dict (and the configuration table) and writes one PNG atomically; a figure
 without data is skipped (None).
@@ -7,46 +7,24 @@ without data is skipped (None).
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 from empriv.analysis.formatting import format_value
+from empriv.analysis.plot_data import (  # noqa: F401  (the analyze stage and the tests import them from here)
+    JITTER_HEADER,
+    ONE_AT_A_TIME_HEADER,
+    TABLE8_HEADER,
+    one_at_a_time_rows,
+    write_plot_data,
+    write_research_plot_data,
+)
+from empriv.analysis.plotting import INFINITY_LABEL, epsilon_display, group_display, pyplot, save_figure  # noqa: F401
 from empriv.analysis.selection import METHOD_LABELS, METHODS
 
 RULE_COLORS = {"individual": "#4C72B0", "compute": "#DD8452", "updates": "#55A868"}
 METHOD_COLORS = {"algorithm1": "#C44E52", "best_utility": "#4C72B0", "worst_utility": "#8172B3", "oracle": "#E5AE38"}
 METHOD_MARKERS = {"algorithm1": "D", "best_utility": "s", "worst_utility": "^", "oracle": "*"}
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"figure.dpi": 100, "font.size": 9})
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    from empriv.io import atomic_path
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", bbox_inches="tight")
-    _plt().close(fig)
-    return path
-
-
-def _write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
-    from empriv.io import atomic_path
-
-    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        for r in rows:
-            w.writerow(["" if v is None else v for v in r])
-    return path
 
 
 def plot_variance(analysis: dict, out: Path) -> Path | None:
@@ -56,7 +34,7 @@ def plot_variance(analysis: dict, out: Path) -> Path | None:
     scores = [s for s in analysis["privacy_scores"] + [analysis["utility"]] if s in analysis["variance"]]
     if not scores:
         return None
-    plt = _plt()
+    plt = pyplot()
     n = len(scores)
     ncol = min(3, n)
     nrow = math.ceil(n / ncol)
@@ -79,7 +57,7 @@ def plot_variance(analysis: dict, out: Path) -> Path | None:
         ax.axis("off")
     fig.suptitle("Empirical privacy variance: configuration means per ε (label: std across configurations)")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_hyperparameters(configs, score: str, utility: str, epsilon_label_: str, out: Path) -> Path | None:
@@ -100,7 +78,7 @@ def plot_hyperparameters(configs, score: str, utility: str, epsilon_label_: str,
         ("fixed compute C, η: vary b", "batch_size", lambda r: (r["compute"], r["learning_rate"]), lambda k: f"C={k[0]:g}, η={k[1]:g}"),
         ("fixed updates U: vary η (mean per η)", "learning_rate", lambda r: (f"{r['update']:.9g}",), lambda k: f"U={k[0]}"),
     ]
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(2, len(panels), figsize=(3.4 * len(panels), 5.6), squeeze=False)
     for j, (title, xcol, keyf, labf) in enumerate(panels):
         groups: dict = {}
@@ -134,7 +112,7 @@ def plot_hyperparameters(configs, score: str, utility: str, epsilon_label_: str,
                 ax.legend(fontsize=6)
     fig.suptitle(f"Effect of hyperparameters at ε = {epsilon_label_}: {score} (top), {utility} (bottom)")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_heuristics(analysis: dict, score: str, out: Path) -> Path | None:
@@ -145,7 +123,7 @@ def plot_heuristics(analysis: dict, score: str, out: Path) -> Path | None:
     labels = [e for e in h if score in h[e]]
     if not labels:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(4.5, 1.6 * len(labels) + 2), 3.4))
     width = 0.26
     for i, rule in enumerate(RULES):
@@ -166,7 +144,7 @@ def plot_heuristics(analysis: dict, score: str, out: Path) -> Path | None:
     ax.set_title(f"Heuristic accuracy ({score}; ties count as wrong)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_layout(analysis: dict, configs, score: str, utility: str, out: Path) -> Path | None:
@@ -180,7 +158,7 @@ def plot_layout(analysis: dict, configs, score: str, utility: str, out: Path) ->
     labels = [e for e in sel if score in sel[e] and sel[e][score].get("sweep")]
     if not labels:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(2, len(labels), figsize=(4.4 * len(labels), 6.4), squeeze=False)
     for j, e in enumerate(labels):
         entry = sel[e][score]
@@ -213,7 +191,7 @@ def plot_layout(analysis: dict, configs, score: str, utility: str, out: Path) ->
         ax2.legend(fontsize=6)
     fig.suptitle(f"Selection: Algorithm 1 vs baselines ({score})")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_risks(analysis: dict, score: str, out: Path) -> Path | None:
@@ -225,7 +203,7 @@ def plot_risks(analysis: dict, score: str, out: Path) -> Path | None:
     labels = [e for e in sel if score in sel[e] and sel[e][score].get("risks", {}).get("mean")]
     if not labels:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(9, 5.6), squeeze=False)
     width = 0.26
     for r, kind in enumerate(("relative_risk", "absolute_risk")):
@@ -246,135 +224,7 @@ def plot_risks(analysis: dict, score: str, out: Path) -> Path | None:
                 ax.legend(fontsize=7)
     fig.suptitle(f"Privacy risk of the selected configuration vs the oracle, averaged over utility thresholds ({score})")
     fig.tight_layout()
-    return _save(fig, out)
-
-
-#: how the DVC plots name ε = ∞ (the CSVs keep ``epsilon`` as the analysis labels it: "2", "inf")
-INFINITY_LABEL = "∞"
-
-
-def epsilon_display(label: str) -> str:
-    """ε as the plots show it: "∞" for the non-private reference (analysis label "inf"), else the label itself."""
-    return INFINITY_LABEL if label == "inf" else label
-
-
-def group_display(group: dict) -> str:
-    """A variance group as one axis label: "ε=2", "ε=∞", and any other grouping column after it ("ε=8 · lora")."""
-    parts = [f"ε={epsilon_display(group['epsilon'])}"] if "epsilon" in group else []
-    parts += [str(v) for k, v in group.items() if k != "epsilon"]
-    return " · ".join(parts)
-
-
-def write_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
-    """DVC plot data (CSV) for the figures: variance, heuristics, risks, selection, and the primary score's jitter
-    (Fig. 2), seed_vs_configuration (Table 8) and one_at_a_time (Fig. 5 a–c): :func:`write_research_plot_data`.
-
-    Every file is long (one row per plotted value) and carries the columns the plot templates in ``.dvc/plots/``
-    split series by: ``score`` and ``epsilon`` / ``epsilon_label`` (ε = ∞ as "∞", so it is a category on an axis
-    and never a non-number in a numeric one) everywhere, ``group`` (variance), ``rule`` (heuristics), ``layout`` and
-    ``method`` (risks), ``method`` (selection, the oracle as a method of its own).
-    """
-    out_dir = Path(out_dir)
-    paths = []
-    rows = []
-    for s, groups in analysis["variance"].items():
-        for g in groups:
-            label = g["group"].get("epsilon", "")
-            for cfg, v in zip(g.get("configs") or [None] * len(g["values"]), g["values"]):
-                rows.append([s, label, epsilon_display(label), group_display(g["group"]), cfg, v, g["std"]])
-    paths.append(_write_csv(out_dir / "variance.csv", ["score", "epsilon", "epsilon_label", "group", "config", "value", "std"],
-                            rows))
-    rows = []
-    for e, per in analysis["heuristics"].items():
-        for s, rules in per.items():
-            for rule, d in rules.items():
-                rows.append([e, epsilon_display(e), s, rule, d["accuracy"], d["random_baseline"], d["n_pairs"], d["n_ties"]])
-    paths.append(_write_csv(out_dir / "heuristics.csv", ["epsilon", "epsilon_label", "score", "rule", "accuracy",
-                                                         "random_baseline", "n_pairs", "n_ties"], rows))
-    rows, lay = [], []
-    for e, per in analysis["selection"].items():
-        for s, d in per.items():
-            for layout in ("mean", "monte_carlo"):
-                res = (d.get("risks") or {}).get(layout)
-                if not res:
-                    continue
-                for m in METHODS:
-                    rows.append([e, epsilon_display(e), s, layout, m, res[m]["relative_risk"], res[m]["absolute_risk"]])
-            for t in d.get("sweep") or []:
-                for m in METHODS:
-                    lay.append([e, epsilon_display(e), s, t["threshold"], m, t["picks"][m]["config"], t["picks"][m]["score"],
-                                t["oracle_score"]])
-                lay.append([e, epsilon_display(e), s, t["threshold"], "oracle", t["oracle"], t["oracle_score"], t["oracle_score"]])
-    paths.append(_write_csv(out_dir / "risks.csv", ["epsilon", "epsilon_label", "score", "layout", "method", "relative_risk",
-                                                    "absolute_risk"], rows))
-    paths.append(_write_csv(out_dir / "selection.csv", ["epsilon", "epsilon_label", "score", "threshold", "method", "config",
-                                                        "score_value", "oracle_score"], lay))
-    paths += write_research_plot_data(analysis, configs, out_dir)
-    if analysis.get("adaptation_audit"):
-        from empriv.analysis.adaptation_audit import write_adaptation_plot_data
-
-        paths.append(write_adaptation_plot_data(analysis["adaptation_audit"], out_dir / "adaptation_audit.csv"))
-    return paths
-
-
-JITTER_HEADER = ["score", "epsilon", "epsilon_label", "group", "config", "batch_size", "steps", "learning_rate",
-                 "value", "seed_std", "n_seeds", "x", "jitter", "std"]
-TABLE8_HEADER = ["score", "epsilon", "epsilon_label", "configurations", "std_configs", "std_seeds", "ratio",
-                 "n_configs", "n_seeds_min", "n_seeds_max", "n_runs", "reason"]
-
-
-def one_at_a_time_rows(fig5: dict) -> list[list]:
-    """The DVC plot rows of :func:`empriv.analysis.one_at_a_time.one_at_a_time` (one per point), in the columns
-    of :data:`ONE_AT_A_TIME_HEADER`."""
-    from empriv.analysis.one_at_a_time import AXIS_SYMBOLS, axis_value_text
-
-    rows = []
-    for p in fig5.get("panels", []):
-        held = ", ".join(f"{AXIS_SYMBOLS[a]}={axis_value_text(v)}" for a, v in p["held"].items())
-        title = f"vary {AXIS_SYMBOLS[p['vary']]} ({held})"
-        for label, pts in p["lines"].items():
-            for pt in pts:
-                rows.append([fig5["score"], label, epsilon_display(label), title, p["vary"], pt["value"], pt["mean"],
-                             pt["seed_std"], pt["n_seeds"], pt["config"],
-                             None if pt["kept"] is None else int(bool(pt["kept"]))])
-    return rows
-
-
-ONE_AT_A_TIME_HEADER = ["score", "epsilon", "epsilon_label", "panel", "hyperparameter", "value", "mean", "seed_std",
-                        "n_seeds", "config", "kept"]
-
-
-def write_research_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
-    """The primary score's Fig. 2, Table 8 and Fig. 5 (a–c) as CSV (headers only without a primary score):
-
-    - ``jitter.csv``: one row per configuration kept by the retention rule (Fig. 2; the columns of ``variance.csv``
-      plus the hyperparameters, seed std and count, and the jittered ``x`` of the PNG);
-    - ``seed_vs_configuration.csv``: Table 8, one row per ε and set of configurations (``kept`` by the retention
-      rule, ``all``): the two standard deviations, their ratio (empty with the ``reason`` where undefined), counts;
-    - ``one_at_a_time.csv``: one row per point of Fig. 5 (a–c) (``panel``, ``hyperparameter`` varied, its ``value``,
-      the seed ``mean`` and ``seed_std``, ``kept`` 1/0)."""
-    from empriv.analysis.variance import jitter_points
-
-    out_dir = Path(out_dir)
-    score = analysis.get("primary_score")
-    rows = []
-    if score and score in configs.columns:
-        for p in jitter_points(configs, score, seed=analysis.get("seed", 0)):
-            rows.append([p["score"], p["epsilon"], epsilon_display(p["epsilon"]), group_display({"epsilon": p["epsilon"]}),
-                         p["config"], p["batch_size"], p["steps"], p["learning_rate"], p["value"], p["seed_std"],
-                         p["n_seeds"], p["x"], p["jitter"], p["std"]])
-    paths = [_write_csv(out_dir / "jitter.csv", JITTER_HEADER, rows)]
-    rows = []
-    t8 = analysis.get("table8") or {}
-    for e, d in (t8.get("per_epsilon") or {}).items():
-        for kind, v in (("kept", d), ("all", d.get("all"))):
-            if v:
-                rows.append([t8["score"], e, epsilon_display(e), kind, v["hyperparameter"], v["randomness"], v["ratio"],
-                             v["n_configs"], v["n_seeds_min"], v["n_seeds_max"], v["n_runs"], v["ratio_reason"]])
-    paths.append(_write_csv(out_dir / "seed_vs_configuration.csv", TABLE8_HEADER, rows))
-    paths.append(_write_csv(out_dir / "one_at_a_time.csv", ONE_AT_A_TIME_HEADER,
-                            one_at_a_time_rows(analysis.get("one_at_a_time") or {})))
-    return paths
+    return save_figure(fig, out)
 
 
 def plot_methods(analysis: dict, out: Path) -> Path | None:
@@ -389,7 +239,7 @@ def plot_methods(analysis: dict, out: Path) -> Path | None:
         return None
     labels = list(dict.fromkeys(p["epsilon"] for p in m["points"]))
     labels.sort(key=lambda e: math.inf if e == "inf" else float(e))
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(labels), figsize=(4.2 * len(labels), 3.6), squeeze=False)
     colors = {meth: f"C{i % 10}" for i, meth in enumerate(m["methods"])}
     for ax, e in zip(axes[0], labels):
@@ -410,7 +260,7 @@ def plot_methods(analysis: dict, out: Path) -> Path | None:
         ax.legend(fontsize=7)
     fig.suptitle(f"Adaptation methods: {primary} vs {utility} per configuration (hollow: dropped by the retention rule)")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_audit_spread(analysis: dict, out: Path) -> Path | None:
@@ -422,7 +272,7 @@ def plot_audit_spread(analysis: dict, out: Path) -> Path | None:
         return None
     lead = spread["epsilon_columns"][0]
     groups = [(k, g) for k, g in spread["groups"].items() if g.get("eligible")]
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(groups), figsize=(4.6 * len(groups), 3.8), squeeze=False)
     for ax, (key, g) in zip(axes[0], groups):
         pts = [r for r in g["ranking"] if r.get(primary) is not None and r.get(lead) is not None]
@@ -439,7 +289,7 @@ def plot_audit_spread(analysis: dict, out: Path) -> Path | None:
         ax.set_ylabel(rf"$\hat{{\varepsilon}}$ ({lead})")
     fig.suptitle(r"Audited $\hat{\varepsilon}$ vs empirical privacy at equal ε")
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_jitter(analysis: dict, configs, out: Path) -> Path | None:
@@ -455,7 +305,7 @@ def plot_jitter(analysis: dict, configs, out: Path) -> Path | None:
     if not points:
         return None
     labels = list(dict.fromkeys(p["epsilon"] for p in points))
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(3.6, 1.3 * len(labels) + 1.6), 3.6))
     for i, e in enumerate(labels):
         pts = [p for p in points if p["epsilon"] == e]
@@ -472,7 +322,7 @@ def plot_jitter(analysis: dict, configs, out: Path) -> Path | None:
     ax.set_title(f"Empirical privacy variance of {score}\n(one point per configuration; label: std across them)",
                  fontsize=9)
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def plot_one_at_a_time(analysis: dict, out: Path) -> Path | None:
@@ -487,7 +337,7 @@ def plot_one_at_a_time(analysis: dict, out: Path) -> Path | None:
     score = fig5["score"]
     labels = sorted({e for p in fig5["panels"] for e in p["lines"]}, key=lambda e: math.inf if e == "inf" else float(e))
     colors = {e: f"C{i % 10}" for i, e in enumerate(labels)}
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.5), squeeze=False, sharey=True)
     for ax, p in zip(axes[0], fig5["panels"]):
         sym = AXIS_SYMBOLS[p["vary"]]
@@ -524,7 +374,7 @@ def plot_one_at_a_time(analysis: dict, out: Path) -> Path | None:
         axes[0][-1].legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.suptitle(f"One hyperparameter at a time: {score} (hollow: dropped by the retention rule)", fontsize=10)
     fig.tight_layout()
-    return _save(fig, out)
+    return save_figure(fig, out)
 
 
 def make_figures(analysis: dict, configs, out_dir: Path) -> dict[str, Path]:

@@ -3,7 +3,7 @@ per-sample gradients and one DP-SGD step that tests can check against a naive lo
 
 Methods (:data:`METHODS`), all prepared by :func:`prepare_adaptation`:
 
-- ``full``, ``lora``: delegated to :func:`empriv.models.adapters.prepare_for_finetuning` (every weight,
+- ``full``, ``lora``: delegated to :func:`empriv.models.lora.prepare_for_finetuning` (every weight,
   or peft LoRA adapters), listed here so one entry covers every method.
 - ``prefix``: P trainable key/value vectors per attention layer (prefix tuning, Li & Liang 2021), on
   every layer or on a chosen subset of layers ("layer-sparse", what DP-Flat's cross-layer
@@ -24,43 +24,10 @@ Methods (:data:`METHODS`), all prepared by :func:`prepare_adaptation`:
   ``embed_out``). ``"last_block"`` instead trains the last transformer block and the final norm
   (``ln_f`` / ``norm``), with the tied head frozen.
 
-How the prefix enters attention
--------------------------------
-Not through ``past_key_values``: Hugging Face builds one attention mask for all layers from the cache
-length, so a prefix on a subset of layers could not be masked correctly. Instead the base model's
-attention implementation is switched to a registered wrapper (``transformers``' ``AttentionInterface``,
-name ``empriv_prefix_<inner>``) around its own implementation (``sdpa``, or ``eager`` if the model used
-eager; others fall back to sdpa). :class:`PrefixTunedLM` computes the per-layer (k, v) once per forward and
-passes them down as a keyword argument, which GPT-2 and Llama thread from the model's ``forward``
-to every attention call. In a layer that has a prefix, the wrapper concatenates the P prefix keys and
-values in front of the layer's keys and values (after RoPE for Llama, i.e. the prefix vectors are the
-post-rotation keys, like a cache entry) and extends that layer's mask by P columns: every query may
-attend to every prefix position (unless ``prefix_attention_mask`` masks some), and the causal and
-padding mask over the real tokens is unchanged. Other layers run the base attention untouched. The
-real tokens keep positions 0..L−1 (the prefix has no position), so a prefix whose keys and values are
-those a real token sequence t would leave in the cache gives exactly the logits of the base on t ⊕ x
-with x at positions |t|..; the tests check this. With a KV cache (generation) the cache holds only
-real tokens; the prefix is prepended again at every call.
-
-Per-sample gradients
---------------------
-The trainable prefix / prompt tensors live in :class:`VirtualTokens`, a small module whose output is
-its [P, W] table broadcast to [B, P, W] (B read off the batch it is given). Its opacus grad sampler is
-registered here: each sample's output is the table itself, so the per-sample gradient of the table is
-exactly the gradient that flowed into that sample's copy (opacus' "backprops"). The reparameterised
-prefix runs its MLP on the broadcast [B, P, d] embeddings, so the MLP's ``nn.Linear`` layers get their
-per-sample gradients from opacus' own Linear hooks; the head is an ``nn.Linear``; LoRA and full use
-opacus' hooks on the converted GPT-2 ``nn.Linear`` layers (Conv1D → Linear, as in adapters). So
-:func:`per_sample_gradients` is one forward and one backward through
-``opacus.GradSampleModule(loss_reduction="sum")`` on the summed per-sample mean NLL
-(:func:`empriv.models.lm.per_sample_mean_nll`), as :mod:`empriv.train.dp` does; modules without an
-opacus grad sampler (Llama's RMSNorm under ``last_block``) fall back to opacus' functorch path.
-
-:func:`dp_step` clips each sample's gradient over all trainable parameters to norm C with opacus'
-factor min(1, C / (‖g_i‖ + 10⁻⁶)), sums, adds N(0, σ²C²) per coordinate (one ``torch.normal`` per
-trainable parameter, in ``model.parameters()`` order, as opacus' ``DPOptimizer`` draws it) and divides
-by the expected batch size b, leaving the result in ``p.grad``. With the same generator state it
-reproduces the ``DPOptimizer`` step of :mod:`empriv.train.dp`.
+The modules live beside this one: :mod:`empriv.models.prefix` (how the prefix enters attention),
+:mod:`empriv.models.prompt`, :mod:`empriv.models.virtual_tokens` (the trainable table and its opacus grad
+sampler), :mod:`empriv.models.per_sample` (per-sample gradients, :func:`dp_step`); their names are importable
+from here too.
 
 Initialisation (public, seeded by ``init_seed``): a flat prefix starts as the keys/values that P random
 vocabulary tokens leave in the base's cache (Li & Liang found real-token activations train better than
@@ -79,24 +46,23 @@ Supported architectures: prefix on GPT-2 and Llama-class models (SmolLM2), see
 and Llama. Anything else is a one-line ``ValueError`` naming the ``model_type``.
 """
 
+
 from __future__ import annotations
 
 import numbers
-import sys
-import warnings
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from empriv.models.conv1d import conv1d_to_linear
+from empriv.models.lora import prepare_for_finetuning
+from empriv.models.per_sample import DPStepStats, dp_step, per_sample_gradients
+from empriv.models.prefix import PREFIX_ARCHITECTURES, PrefixEncoder, PrefixTunedLM, _use_prefix_attention
+from empriv.models.prompt import PromptTunedLM
+from empriv.models.virtual_tokens import VirtualTokens, random_token_ids, register_grad_samplers
+
 METHODS = ("full", "lora", "prefix", "prompt", "head")
 HEAD_TARGETS = ("lm_head", "last_block")
-#: ``config.model_type`` values whose attention modules carry ``layer_idx`` and dispatch through
-#: transformers' AttentionInterface with the forward's keyword arguments (checked by the tests for both).
-PREFIX_ARCHITECTURES = ("gpt2", "llama")
-
-_PREFIX_KWARG = "empriv_prefix"
-_ATTENTION_PREFIX = "empriv_prefix_"
 
 
 # ----------------------------------------------------------------------------- validation
@@ -145,246 +111,7 @@ def _check_layers(layers, n_layers: int) -> tuple[int, ...]:
     return tuple(sorted(int(v) for v in values))
 
 
-# ----------------------------------------------------------------------------- virtual tokens
-
-
-class VirtualTokens(nn.Module):
-    """A trainable table [P, W], returned broadcast to [B, P, W] for a batch of B samples.
-
-    ``forward(batch)`` reads only ``batch.shape[0]`` (any batch-first tensor: token ids or embeddings);
-    the opacus grad sampler registered for this class returns, for sample i, the gradient that reached
-    sample i's copy of the table — its exact per-sample gradient.
-    """
-
-    def __init__(self, n_virtual: int, width: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.empty(n_virtual, width))
-
-    def forward(self, batch: torch.Tensor) -> torch.Tensor:
-        return self.weight.unsqueeze(0).expand(batch.shape[0], -1, -1)
-
-
-def _virtual_tokens_grad_sample(layer: VirtualTokens, activations, backprops: torch.Tensor) -> dict:
-    if not layer.weight.requires_grad:
-        return {}
-    return {layer.weight: backprops}
-
-
-_registered = False
-
-
-def register_grad_samplers() -> None:
-    """Register :class:`VirtualTokens`' per-sample-gradient rule with opacus (idempotent)."""
-    global _registered
-    if _registered:
-        return
-    from opacus.grad_sample.utils import register_grad_sampler
-
-    register_grad_sampler(VirtualTokens)(_virtual_tokens_grad_sample)
-    _registered = True
-
-
-# ----------------------------------------------------------------------------- prefix attention
-
-
-@dataclass
-class _PrefixState:
-    key_values: dict  # layer index -> (k, v), each [B, kv_heads, P, head_dim]
-    visible: torch.Tensor | None  # [B, P] bool (True: attendable) or None (all visible)
-
-
-def _inner_attention(module: nn.Module, inner: str):
-    if inner == "eager":
-        return getattr(sys.modules[type(module).__module__], "eager_attention_forward")
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    return ALL_ATTENTION_FUNCTIONS["sdpa"]
-
-
-def _extend_mask(mask: torch.Tensor | None, n_prefix: int, query: torch.Tensor, key: torch.Tensor,
-                 visible: torch.Tensor | None) -> torch.Tensor:
-    """The layer's mask over [prefix ⊕ real keys]: prefix columns attendable (or ``visible``), real ones as given."""
-    q_len, k_len = query.shape[2], key.shape[2]
-    device = query.device
-    if mask is None:  # sdpa's implicit is_causal mask, made explicit (the queries are the last q_len keys)
-        rows = torch.arange(q_len, device=device).unsqueeze(1) + (k_len - q_len)
-        mask = (torch.arange(k_len, device=device).unsqueeze(0) <= rows)[None, None]
-    batch = mask.shape[0] if visible is None else max(mask.shape[0], visible.shape[0])
-    if visible is None:
-        cols = torch.ones((batch, 1, mask.shape[2], n_prefix), dtype=torch.bool, device=device)
-    else:
-        cols = visible.to(device)[:, None, None, :].expand(batch, 1, mask.shape[2], n_prefix)
-    mask = mask.expand(batch, *mask.shape[1:])
-    if mask.dtype != torch.bool:  # additive float mask (eager): 0 attendable, dtype minimum masked
-        cols = torch.zeros(cols.shape, dtype=mask.dtype, device=device).masked_fill(~cols, torch.finfo(mask.dtype).min)
-    return torch.cat([cols, mask], dim=-1)
-
-
-def _make_prefix_attention(inner: str):
-    def prefix_attention(module, query, key, value, attention_mask, **kwargs):
-        state = kwargs.pop(_PREFIX_KWARG, None)
-        fn = _inner_attention(module, inner)
-        if state is not None and module.layer_idx in state.key_values:
-            k, v = state.key_values[module.layer_idx]
-            n_prefix = k.shape[2]
-            attention_mask = _extend_mask(attention_mask, n_prefix, query, key, state.visible)
-            key = torch.cat([k.to(key.dtype), key], dim=2)
-            value = torch.cat([v.to(value.dtype), value], dim=2)
-        return fn(module, query, key, value, attention_mask, **kwargs)
-
-    return prefix_attention
-
-
-def _use_prefix_attention(base: nn.Module) -> None:
-    """Switch ``base`` to the prefix-aware wrapper of its own attention implementation."""
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    current = base.config._attn_implementation
-    if isinstance(current, str) and current.startswith(_ATTENTION_PREFIX):
-        raise ValueError("the base already carries a prefix (prepare_adaptation was called on it before): "
-                         "load a fresh base")
-    inner = "eager" if current == "eager" else "sdpa"
-    name = _ATTENTION_PREFIX + inner
-    if name not in ALL_ATTENTION_FUNCTIONS:
-        ALL_ATTENTION_FUNCTIONS.register(name, _make_prefix_attention(inner))
-        ALL_MASK_ATTENTION_FUNCTIONS.register(name, ALL_MASK_ATTENTION_FUNCTIONS[inner])
-    base.set_attn_implementation(name)
-    if base.config._attn_implementation != name:
-        raise ValueError(f"prefix tuning could not switch the attention of model_type {base.config.model_type!r} "
-                         f"(implementation {current!r})")
-
-
-class PrefixEncoder(nn.Module):
-    """The trainable prefix: per selected layer, P keys and P values of shape [kv_heads, head_dim].
-
-    Flat: one :class:`VirtualTokens` table [P, n_sel·2·kv_heads·head_dim]. Reparameterised: a table of
-    P embeddings [P, d] and an MLP Linear(d, h) → tanh → Linear(h, n_sel·2·kv_heads·head_dim).
-    """
-
-    def __init__(self, n_virtual: int, layers: tuple[int, ...], kv_heads: int, head_dim: int, *,
-                 reparameterize: bool, hidden: int, embed_dim: int):
-        super().__init__()
-        self.n_virtual, self.layers, self.kv_heads, self.head_dim = n_virtual, tuple(layers), kv_heads, head_dim
-        self.reparameterize = reparameterize
-        width = len(self.layers) * 2 * kv_heads * head_dim
-        if reparameterize:
-            self.embedding = VirtualTokens(n_virtual, embed_dim)
-            self.mlp = nn.Sequential(nn.Linear(embed_dim, hidden), nn.Tanh(), nn.Linear(hidden, width))
-        else:
-            self.table = VirtualTokens(n_virtual, width)
-
-    def forward(self, batch: torch.Tensor) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-        flat = self.mlp(self.embedding(batch)) if self.reparameterize else self.table(batch)
-        b = flat.shape[0]
-        kv = flat.reshape(b, self.n_virtual, len(self.layers), 2, self.kv_heads, self.head_dim)
-        kv = kv.permute(2, 3, 0, 4, 1, 5)  # [layer, k/v, B, kv_heads, P, head_dim]
-        return {layer: (kv[j, 0], kv[j, 1]) for j, layer in enumerate(self.layers)}
-
-
-class PrefixTunedLM(nn.Module):
-    """A frozen causal LM (``base``) with a trainable :class:`PrefixEncoder` (``prefix``) in its attention.
-
-    ``forward`` takes the base's arguments (and returns its output: logits over the real tokens) plus
-    ``prefix_attention_mask`` ([P] or [B, P], 1 = the prefix position may be attended; default all 1).
-    """
-
-    def __init__(self, base: nn.Module, prefix: PrefixEncoder):
-        super().__init__()
-        self.base = base
-        self.prefix = prefix
-
-    @property
-    def config(self):
-        return self.base.config
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.base.get_input_embeddings()
-
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                inputs_embeds=None, use_cache=None, prefix_attention_mask=None, **kwargs):
-        batch = input_ids if input_ids is not None else inputs_embeds
-        if batch is None:
-            raise ValueError("PrefixTunedLM needs input_ids or inputs_embeds, got neither")
-        visible = None
-        if prefix_attention_mask is not None:
-            given = torch.as_tensor(prefix_attention_mask, device=batch.device).bool()
-            visible = given.unsqueeze(0).expand(batch.shape[0], -1) if given.dim() == 1 else given
-            if visible.shape != (batch.shape[0], self.prefix.n_virtual):
-                raise ValueError(f"prefix_attention_mask must be [{self.prefix.n_virtual}] or "
-                                 f"[{batch.shape[0]}, {self.prefix.n_virtual}], got {list(given.shape)}")
-        state = _PrefixState(self.prefix(batch), visible)
-        return self.base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache,
-                         **{_PREFIX_KWARG: state}, **kwargs)
-
-
-# ----------------------------------------------------------------------------- soft prompt
-
-
-class PromptTunedLM(nn.Module):
-    """A frozen causal LM (``base``) with P trainable input embeddings (``prompt``) before every sequence.
-
-    The virtual tokens sit at positions 0..P−1; a caller's ``position_ids`` (default 0..L−1) are those
-    of the real tokens and are shifted by P; a 2-D ``attention_mask`` over the real tokens is extended
-    by P ones. Logits are returned for the real tokens only ([B, L, V]). With a KV cache the prompt is
-    prepended on the first call only (the cache then holds it).
-    """
-
-    def __init__(self, base: nn.Module, prompt: VirtualTokens):
-        super().__init__()
-        self.base = base
-        self.prompt = prompt
-
-    @property
-    def config(self):
-        return self.base.config
-
-    @property
-    def n_virtual(self) -> int:
-        return self.prompt.weight.shape[0]
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.base.get_input_embeddings()
-
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
-                inputs_embeds=None, use_cache=None, **kwargs):
-        if inputs_embeds is None:
-            if input_ids is None:
-                raise ValueError("PromptTunedLM needs input_ids or inputs_embeds, got neither")
-            inputs_embeds = self.base.get_input_embeddings()(input_ids)
-        b, n = inputs_embeds.shape[:2]
-        p = self.n_virtual
-        device = inputs_embeds.device
-        first = past_key_values is None or past_key_values.get_seq_length() == 0
-        if position_ids is None:
-            start = 0 if first else past_key_values.get_seq_length() - p
-            position_ids = torch.arange(start, start + n, device=device).unsqueeze(0).expand(b, -1)
-        positions = position_ids.to(device) + p
-        if first:
-            soft = self.prompt(inputs_embeds).to(inputs_embeds.dtype)
-            inputs_embeds = torch.cat([soft, inputs_embeds], dim=1)
-            positions = torch.cat([torch.arange(p, device=device).unsqueeze(0).expand(b, -1), positions], dim=1)
-        limit = getattr(self.base.config, "n_positions", None)  # a learned position table (GPT-2) cannot extrapolate
-        if limit is not None and int(positions.max()) >= limit:
-            raise ValueError(f"n_virtual + sequence length = {p} + {int(positions.max()) + 1 - p} exceeds the "
-                             f"model's {limit} positions")
-        if attention_mask is not None:
-            attention_mask = torch.cat([torch.ones((b, p), dtype=attention_mask.dtype, device=attention_mask.device),
-                                        attention_mask], dim=1)
-        out = self.base(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=positions,
-                        past_key_values=past_key_values, use_cache=use_cache, **kwargs)
-        if first:
-            out.logits = out.logits[:, p:]
-        return out
-
-
 # ----------------------------------------------------------------------------- preparation
-
-
-def _random_token_ids(vocab_size: int, n: int, init_seed: int | None) -> torch.Tensor:
-    generator = None if init_seed is None else torch.Generator().manual_seed(init_seed)
-    return torch.randint(0, vocab_size, (n,), generator=generator)
 
 
 def _freeze(model: nn.Module) -> None:
@@ -421,7 +148,7 @@ def _prepare_prefix(model, *, n_virtual, layers, reparameterize, hidden, init_se
                              f"got {n_virtual}")
         # Start from the keys/values P random vocabulary tokens leave in the base's cache (Li & Liang:
         # real-token activations initialise better than noise). Public: no training record is read.
-        tokens = _random_token_ids(embed.weight.shape[0], n_virtual, init_seed).to(device).unsqueeze(0)
+        tokens = random_token_ids(embed.weight.shape[0], n_virtual, init_seed).to(device).unsqueeze(0)
         was_training = model.training
         model.eval()
         with torch.no_grad():
@@ -442,7 +169,7 @@ def _prepare_prompt(model, *, n_virtual, init_seed) -> PromptTunedLM:
         raise ValueError(f"prompt tuning needs a model with input embeddings, got {type(model).__name__}")
     prompt = VirtualTokens(n_virtual, embed.weight.shape[1]).to(device=embed.weight.device, dtype=embed.weight.dtype)
     # Start from the embeddings of P random vocabulary tokens (Lester et al.'s sampled-vocabulary init).
-    tokens = _random_token_ids(embed.weight.shape[0], n_virtual, init_seed).to(embed.weight.device)
+    tokens = random_token_ids(embed.weight.shape[0], n_virtual, init_seed).to(embed.weight.device)
     with torch.no_grad():
         prompt.weight.copy_(embed.weight[tokens])
     _freeze(model)
@@ -462,8 +189,6 @@ def _prepare_head(model: nn.Module, head_target: str) -> nn.Module:
     if head_target == "last_block":
         parts = _last_block(model)
         if _model_type(model) == "gpt2":
-            from empriv.models.adapters import conv1d_to_linear
-
             conv1d_to_linear(model)  # opacus' fast Linear hooks for the block's projections
             parts = _last_block(model)
         _freeze(model)
@@ -514,8 +239,6 @@ def prepare_adaptation(model: nn.Module, method: str, *, n_virtual: int = 10, la
     if head_target not in HEAD_TARGETS:
         raise ValueError(f"head_target must be one of {', '.join(HEAD_TARGETS)}, got {head_target!r}")
     if method in ("full", "lora"):
-        from empriv.models.adapters import prepare_for_finetuning
-
         if method == "lora" and lora is None:
             from empriv.config import LoraParams
 
@@ -536,113 +259,19 @@ def adaptation_trainable_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-# ----------------------------------------------------------------------------- per-sample gradients, DP step
 
-
-def _trainable(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if not named:
-        raise ValueError("the model has no trainable parameters (call prepare_adaptation first)")
-    return named
-
-
-def _check_batch(ids: torch.Tensor, mask: torch.Tensor) -> None:
-    if ids.dim() != 2 or tuple(ids.shape) != tuple(mask.shape):
-        raise ValueError(f"ids and mask must both be [B, L], got {list(ids.shape)} and {list(mask.shape)}")
-
-
-def _per_sample(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor):
-    """(names, params, per-sample gradients [B, *shape] per parameter, per-sample losses [B])."""
-    from opacus import GradSampleModule
-
-    from empriv.models.lm import model_device, per_sample_mean_nll
-
-    register_grad_samplers()
-    _check_batch(ids, mask)
-    inner = model._module if isinstance(model, GradSampleModule) else model
-    named = _trainable(inner)
-    names = [n for n, _ in named]
-    params = [p for _, p in named]
-    if ids.shape[0] == 0:
-        zeros = [torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device) for p in params]
-        return names, params, zeros, torch.zeros(0)
-    device = model_device(inner)
-    saved = [p.grad for p in params]
-    was_training = inner.training
-    wrapped = not isinstance(model, GradSampleModule)
-    gsm = GradSampleModule(model, batch_first=True, loss_reduction="sum") if wrapped else model
-    try:
-        for p in params:
-            p.grad = None
-            p.grad_sample = None
-        inner.train()
-        with warnings.catch_warnings():
-            # opacus' hooks fire on modules whose input (token ids) needs no gradient: harmless.
-            warnings.filterwarnings("ignore", message="Full backward hook is firing", category=UserWarning)
-            losses = per_sample_mean_nll(gsm, ids.to(device), mask.to(device))
-            losses.sum().backward()
-        grads = [p.grad_sample.detach() for p in params]
-    finally:
-        inner.train(was_training)
-        if wrapped:
-            gsm._close()
-        else:
-            for p in params:
-                p.grad_sample = None
-        for p, g in zip(params, saved):
-            p.grad = g
-    return names, params, grads, losses.detach()
-
-
-def per_sample_gradients(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per trainable parameter (by name): the [B, *shape] gradients of each sample's mean NLL.
-
-    One forward/backward through opacus' ``GradSampleModule`` (``model`` may already be one), in train
-    mode (restored afterwards); ``p.grad`` is left as it was. An empty batch gives [0, *shape] zeros.
-    """
-    names, _, grads, _ = _per_sample(model, ids, mask)
-    return dict(zip(names, grads))
-
-
-@dataclass(frozen=True)
-class DPStepStats:
-    """What one :func:`dp_step` computed from the batch (un-noised: for monitoring, not release)."""
-
-    losses: torch.Tensor  # [B] per-sample mean NLL
-    per_sample_norms: torch.Tensor  # [B] ‖g_i‖ over all trainable parameters, before clipping
-    clip_factors: torch.Tensor  # [B] min(1, C / (‖g_i‖ + 1e-6))
-
-
-def dp_step(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, clip_norm: float, noise_multiplier: float,
-            generator: torch.Generator | None, expected_batch_size: float) -> DPStepStats:
-    """One DP-SGD gradient: p.grad = (Σ_i clip_C(g_i) + N(0, σ²C²·I)) / b for every trainable p.
-
-    g_i is sample i's gradient over all trainable parameters, clipped by opacus' factor
-    min(1, C / (‖g_i‖ + 10⁻⁶)); the noise is drawn per parameter in ``model.parameters()`` order with
-    ``torch.normal(0, σC, p.shape, generator=generator)`` (none drawn when σ = 0), as opacus'
-    ``DPOptimizer`` does; b = ``expected_batch_size``. An empty batch gives noise / b.
-    """
-    if isinstance(clip_norm, bool) or not isinstance(clip_norm, numbers.Real) or not clip_norm > 0:
-        raise ValueError(f"clip_norm must be > 0, got {clip_norm!r}")
-    if isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, numbers.Real) \
-            or not noise_multiplier >= 0:
-        raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
-    if isinstance(expected_batch_size, bool) or not isinstance(expected_batch_size, numbers.Real) \
-            or not expected_batch_size > 0:
-        raise ValueError(f"expected_batch_size must be > 0, got {expected_batch_size!r}")
-    _, params, grads, losses = _per_sample(model, ids, mask)
-    n = ids.shape[0]
-    if n:
-        norms = torch.stack([g.reshape(n, -1).norm(2, dim=-1) for g in grads], dim=1).norm(2, dim=1)
-        factors = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
-    else:
-        norms = factors = torch.zeros(0)
-    std = float(noise_multiplier) * float(clip_norm)
-    for p, g in zip(params, grads):
-        summed = torch.einsum("i,i...->...", factors.to(device=g.device, dtype=p.dtype), g.to(p.dtype)) if n \
-            else torch.zeros_like(p)
-        if std > 0:
-            summed = summed + torch.normal(mean=0.0, std=std, size=tuple(p.shape), device=p.device,
-                                           generator=generator, dtype=p.dtype)
-        p.grad = (summed / expected_batch_size).view_as(p)
-    return DPStepStats(losses=losses, per_sample_norms=norms.detach(), clip_factors=factors.detach())
+__all__ = [
+    "HEAD_TARGETS",
+    "METHODS",
+    "PREFIX_ARCHITECTURES",
+    "DPStepStats",
+    "PrefixEncoder",
+    "PrefixTunedLM",
+    "PromptTunedLM",
+    "VirtualTokens",
+    "adaptation_trainable_parameters",
+    "dp_step",
+    "per_sample_gradients",
+    "prepare_adaptation",
+    "register_grad_samplers",
+]

@@ -1,10 +1,4 @@
-"""Fine-tuning methods: which parameters train, and how they are saved.
-
-- ``full``: every parameter of the base trains.
-- ``lora``: low-rank adapters (peft) on ``train.lora.target_modules`` — by default the attention
-  (and for GPT-2 also the MLP output) projections of the base's architecture
-  (:data:`LORA_TARGET_MODULES`); only they train. Their random initialisation draws from the run's
-  own ``init`` stream (:mod:`empriv.randomness`), so a LoRA run repeated gives identical weights.
+"""Saving and loading a fine-tuned model, whatever its method.
 
 A saved run is a standard Hugging Face directory: the full model (``config.json`` +
 ``model.safetensors``) or the adapter (``adapter_config.json`` + ``adapter_model.safetensors``,
@@ -12,125 +6,24 @@ whose ``base_model_name_or_path`` is the base's absolute path), plus the tokeniz
 ``AutoTokenizer`` and ``AutoModelForCausalLM`` / ``AutoPeftModelForCausalLM`` load it from any
 working directory.
 
-GPT-2's ``Conv1D`` layers are converted to ``nn.Linear`` (same function, transposed weight) before
-training, so opacus uses its fast per-sample-gradient hooks instead of a generic fallback; they
-are converted back before a full model is saved, so saved weights load as a normal GPT-2.
+Which parameters train is set up in :mod:`empriv.models.lora` (full, LoRA) and :mod:`empriv.models.adaptations`
+(prefix, prompt, head); GPT-2's ``Conv1D`` conversion is :mod:`empriv.models.conv1d`. Their names are importable
+from here too. GPT-2 is saved with its ``Conv1D`` layers back, so saved weights load as a normal GPT-2.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from torch import nn
 
-METHODS = ("full", "lora")
+from empriv.models.conv1d import conv1d_to_linear, linear_to_conv1d
+from empriv.models.lora import (LORA_TARGET_MODULES, METHODS, lora_target_modules, prepare_for_finetuning,
+                                trainable_parameters)
 
-# LoRA's default target modules per architecture (``config.model_type``): the attention projections
-# (the research's LoRA adapts attention; GPT-2's ``c_proj`` names both the attention and the MLP output).
-LORA_TARGET_MODULES = {
-    "gpt2": ["c_attn", "c_proj"],
-    "llama": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "mistral": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "qwen2": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "gemma": ["q_proj", "k_proj", "v_proj", "o_proj"],
-    "gpt_neox": ["query_key_value", "dense"],
-    "opt": ["q_proj", "k_proj", "v_proj", "out_proj"],
-}
-
-
-def lora_target_modules(model: nn.Module, configured: list[str] | None) -> list[str]:
-    """``train.lora.target_modules`` when set, else the default for the base's architecture."""
-    if configured:
-        return list(configured)
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type in LORA_TARGET_MODULES:
-        return list(LORA_TARGET_MODULES[model_type])
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULTS
-
-    if model_type in PEFT_DEFAULTS:
-        return list(PEFT_DEFAULTS[model_type])
-    raise ValueError(f"train.lora.target_modules is null and there is no default for architecture {model_type!r}: "
-                     f"set it to the names of the linear layers to adapt (known defaults: {', '.join(sorted(LORA_TARGET_MODULES))})")
-
-
-def _swap(model: nn.Module, predicate, make) -> int:
-    count = 0
-    for module in list(model.modules()):
-        for child_name, child in list(module.named_children()):
-            if predicate(child):
-                setattr(module, child_name, make(child))
-                count += 1
-    return count
-
-
-def conv1d_to_linear(model: nn.Module) -> int:
-    """Replace every HF ``Conv1D`` (y = x W + b, W: [in, out]) by an equivalent ``nn.Linear``."""
-    from transformers.pytorch_utils import Conv1D
-
-    def make(c: nn.Module) -> nn.Linear:
-        n_in, n_out = c.weight.shape
-        lin = nn.Linear(n_in, n_out, bias=True, device=c.weight.device, dtype=c.weight.dtype)
-        with torch.no_grad():
-            lin.weight.copy_(c.weight.t())
-            lin.bias.copy_(c.bias)
-        return lin
-
-    return _swap(model, lambda m: isinstance(m, Conv1D), make)
-
-
-def linear_to_conv1d(model: nn.Module, names: tuple[str, ...] = ("c_attn", "c_proj", "c_fc")) -> int:
-    """Inverse of :func:`conv1d_to_linear` for GPT-2 blocks (only the Linear layers named in ``names``)."""
-    from transformers.pytorch_utils import Conv1D
-
-    def make(lin: nn.Linear) -> nn.Module:
-        c = Conv1D(lin.out_features, lin.in_features)
-        with torch.no_grad():
-            c.weight.copy_(lin.weight.t())
-            c.bias.copy_(lin.bias)
-        return c.to(lin.weight.device)
-
-    swapped = 0
-    for module in list(model.modules()):
-        for child_name, child in list(module.named_children()):
-            if child_name in names and type(child) is nn.Linear:
-                setattr(module, child_name, make(child))
-                swapped += 1
-    return swapped
-
-
-def prepare_for_finetuning(model: nn.Module, method: str, lora=None, *, init_seed: int | None = None) -> nn.Module:
-    """Convert Conv1D layers and set up ``method``; returns the model to train.
-
-    ``init_seed`` seeds the adapter's random initialisation (LoRA's A matrices) without touching
-    torch's global random state; None draws from the global state (unseeded unless the caller seeded it).
-    """
-    if method not in METHODS:
-        raise ValueError(f"train.method must be one of {', '.join(METHODS)}, got {method!r}")
-    conv1d_to_linear(model)
-    if method == "full":
-        for p in model.parameters():
-            p.requires_grad_(True)
-        return model
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(
-        r=lora.rank,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=lora_target_modules(model, lora.target_modules),
-        bias="none",
-        task_type="CAUSAL_LM",
-    )
-    if init_seed is None:
-        return get_peft_model(model, config)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(init_seed)
-        return get_peft_model(model, config)
-
-
-def trainable_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+__all__ = ["ADAPTER_SPEC", "ADAPTER_WEIGHTS", "LORA_TARGET_MODULES", "METHODS", "VIRTUAL_TOKEN_METHODS",
+           "conv1d_to_linear", "linear_to_conv1d", "load_finetuned", "lora_target_modules", "prepare_for_finetuning",
+           "save_finetuned", "trainable_parameters"]
 
 
 def _is_gpt2(model: nn.Module) -> bool:

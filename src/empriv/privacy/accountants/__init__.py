@@ -22,10 +22,16 @@ ACCOUNTANT_NAMES: tuple[str, ...] = tuple(ACCOUNTANTS)
 NUMERICS_VERSION = "empriv-accounting-v2"
 
 
-def get_accountant(name: str) -> Accountant:
-    from empriv.privacy.checks import _check_accountant
+def check_accountant_name(name) -> str:
+    """``name`` if it names a registered accountant, else a one-line ``ValueError`` listing the known names."""
+    if not isinstance(name, str) or name not in ACCOUNTANT_NAMES:
+        known = ", ".join(sorted(ACCOUNTANT_NAMES))
+        raise ValueError(f"accountant must be one of {known}, got {name!r}")
+    return name
 
-    return ACCOUNTANTS[_check_accountant(name)]
+
+def get_accountant(name: str) -> Accountant:
+    return ACCOUNTANTS[check_accountant_name(name)]
 
 
 __all__ = [
@@ -38,5 +44,6 @@ __all__ = [
     "PLDAccountant",
     "PRVAccountant",
     "RDPAccountant",
+    "check_accountant_name",
     "get_accountant",
 ]
