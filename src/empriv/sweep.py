@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from empriv.config import ConfigError, ParamError, SlurmParams, SweepParams, _did_you_mean, parse_section, read_yaml
-from empriv.dvc_status import changed_stages, params_parsed_once
+from empriv.dvc_status import changed_stages, params_parsed_once, read_locked, stage_changed
 from empriv.sweep_output import SweepOutput, eta_seconds, log_tail
 
 ENGINES = ("local", "slurm")
@@ -766,8 +766,8 @@ class _Restorer:
 
         with contextlib.chdir(self.root):
             stage = self._stage(address)
-            with lock_repo(self._repo):
-                return not stage.changed()
+            with lock_repo(self._repo), read_locked(self._repo, [stage]):  # one read lock, not three (dvc_status)
+                return not stage_changed(stage)
 
     def __call__(self, address: str) -> bool:
         """Outputs removed; True when the run-cache had them."""
