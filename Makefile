@@ -59,13 +59,14 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 # --fill-defaults writes back the defaults of keys a stage reads that params.yaml leaves out (DVC would see them as
 # changed and re-run those stages).
 # Every stage runs as an `empriv sweep --all` local job, in dependency order, sweep.jobs at a time (params: 2 jobs
-# x runtime.threads 1 on two cores), committed to dvc.lock in one go; `dvc repro` then checks that nothing is
-# left to do. `dvc repro` alone gives the same outputs, one stage at a time, rewriting dvc.lock after each
-# (docs/timing.md).
+# x runtime.threads 1 on two cores), committed to dvc.lock in one go, after which the sweep checks DVC's status of
+# what it committed. The sweep decides what to run by DVC's own Stage.changed of every stage of dvc.yaml (and runs
+# the stages of other DVC files they need through `dvc repro` first), so no `dvc repro` follows: it would only ask
+# DVC the same questions again (~7 s on the default with nothing to do; docs/timing.md, "No-op runs after issue 30").
+# `dvc repro` alone gives the same outputs, one stage at a time, rewriting dvc.lock after each.
 repro: $(STAMP)
 	$(BIN)/empriv validate --fill-defaults
 	$(BIN)/empriv sweep --engine local --all
-	$(BIN)/dvc repro
 	@$(BIN)/python -m empriv.warm --stop  # the warm worker of the model stages (docs/timing.md); it would idle 300 s
 	@$(BIN)/empriv summary
 

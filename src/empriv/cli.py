@@ -159,7 +159,22 @@ def _diff(args) -> int:
     return 0  # a report, not a check: 0 whatever the verdicts
 
 
-def build_parser() -> argparse.ArgumentParser:
+# the commands defined in this module; the others (diff, privacy, audit, analyze) come with their modules, imported
+# only when one of them (or --help) is asked for: `make repro` runs validate, sweep and summary, and importing the
+# others' libraries added ~0.1 s to each
+_OWN_COMMANDS = ("summary", "exps", "validate", "wandb-write", "study", "sweep")
+
+
+def _command_of(argv: list[str] | None) -> str | None:
+    """The command word of an argv (its first argument that is not an option), None without one."""
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``empriv`` parser. ``command``: the command word about to be parsed; when it is one of this module's own
+    commands (:data:`_OWN_COMMANDS`), the commands defined in other modules are left out, with their imports."""
+    everything = command not in _OWN_COMMANDS
     ap = argparse.ArgumentParser(prog="empriv", description="empirical privacy of DP fine-tuning")
     ap.add_argument("--debug", action="store_true", help="show the Python traceback of an error (also: EMPRIV_DEBUG=1)")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -231,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--dry-run", action="store_true", help="print the plan (stale and up-to-date items, upstream, "
                     "resources) and run nothing")
     sw.set_defaults(func=_sweep)
+    if not everything:
+        return ap
     from empriv.diff import REL_TOL, Z
 
     d = sub.add_parser("diff", help="the DVC metrics of two git revisions with a verdict per metric: changed (beyond "
@@ -260,13 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command. A user error (invalid params or inputs, a bad value, a missing file) prints one
     ``error: …`` line per problem and returns 2, with no traceback unless ``--debug`` (or ``EMPRIV_DEBUG=1``)."""
-    from empriv.config import ConfigError, error_lines
-    from empriv.stage import debug_enabled
-
-    args = build_parser().parse_args(argv)
+    args = build_parser(_command_of(argv)).parse_args(argv)
     try:
         rc = args.func(args)
-    except (ConfigError, FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError) as err:  # a ConfigError is a ValueError
+        from empriv.config import error_lines  # imported here: pydantic and the params models cost ~0.15 s
+        from empriv.stage import debug_enabled
+
         if args.debug or debug_enabled():
             raise
         print(error_lines(err), file=sys.stderr)

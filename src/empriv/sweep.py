@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from empriv.config import ConfigError, ParamError, SlurmParams, SweepParams, _did_you_mean, parse_section, read_yaml
+from empriv.dvc_status import changed_stages, params_parsed_once, read_locked, stage_changed
 from empriv.sweep_output import SweepOutput, eta_seconds, log_tail
 
 ENGINES = ("local", "slurm")
@@ -145,6 +146,7 @@ class Plan:
     stale_upstream: list[str]  # of those (and their ancestors), the ones DVC would run
     downstream: list[str]  # stages outside the sweep that depend on selected items
     empty: list[str] = field(default_factory=list)  # selected stages whose matrix has no items (skipped)
+    lock_stale: list[str] | None = None  # dvc.lock entries of stages dvc.yaml no longer has (None: not looked at)
 
     @property
     def to_run(self) -> list[Item]:
@@ -230,7 +232,9 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
     chosen = list(all_stages) if everything else _select_stages(stages, all_stages, matrix, stages_key)
     repo = Repo(str(root))
     try:
-        with contextlib.chdir(root), lock_repo(repo):  # DVC names stages relative to the working directory
+        # DVC names stages relative to the working directory; params.yaml is parsed once for dvc.yaml's vars and
+        # every stage's params (dvc_status)
+        with contextlib.chdir(root), lock_repo(repo), params_parsed_once():
             index = repo.index
             graph = index.graph  # edges go from a stage to the stages it depends on
             by_group = {name: [] for name in chosen}
@@ -285,9 +289,8 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
             relevant = members | below
             rel = graph.subgraph(relevant)
             stale: dict = {}
-            changed: dict = {}
+            changed = changed_stages(repo, rel.nodes)  # DVC's Stage.changed of each, under one read lock
             for s in reversed(list(nx.topological_sort(rel))):
-                changed[s] = bool(s.changed())
                 stale[s] = changed[s] or any(stale[d] for d in rel.successors(s))
             stale_upstream = sorted(s.addressing for s in relevant - members if stale[s])
             downstream = set()
@@ -302,7 +305,7 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
                                   between=s in between))
             return Plan(root=root, stages=chosen, items=items, upstream=[u.addressing for u in upstream],
                         stale_upstream=stale_upstream, downstream=sorted(d.addressing for d in downstream),
-                        empty=empty)
+                        empty=empty, lock_stale=_lock_entries_not_in(index, here))
     finally:
         repo.close()
 
@@ -671,7 +674,7 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
             echo(f"after upstream: {len(plan.to_run)} to run, {len(plan.up_to_date)} up to date")
     if not plan.to_run:
         echo("nothing to run: every item is up to date")
-        _prune_lock(root, echo)
+        _prune_lock(root, echo, plan.lock_stale)
         return result
 
     runner = _Engine(engine, sweep, folder, sorted({i.stage for i in plan.to_run}))
@@ -684,34 +687,45 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
     return result
 
 
+def _lock_entry_names(lock: Path) -> list[str]:
+    """The stage names of a dvc.lock ([] when there is none), read as plain YAML (libyaml when available)."""
+    import yaml
+
+    if not lock.exists():
+        return []
+    with open(lock, encoding="utf-8") as fh:
+        return list((yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get("stages") or {})
+
+
+def _lock_entries_not_in(index: Any, dvc_yaml: str) -> list[str]:
+    """:func:`stale_lock_entries` against an index DVC has already built (no second repository)."""
+    known = {s.name for s in index.stages if str(Path(s.dvcfile.path).resolve()) == dvc_yaml}
+    return sorted(name for name in _lock_entry_names(Path(dvc_yaml).with_suffix(".lock")) if name not in known)
+
+
 def stale_lock_entries(root: Path) -> list[str]:
     """Entries of ``root/dvc.lock`` whose stage no longer exists in ``root/dvc.yaml`` (a matrix item of a value
     dropped from the cube, a renamed stage). DVC never removes them, and it re-reads and rewrites the whole lock
     file after every stage, so they slow down every later run (the default lock had grown to twice its size)."""
-    import yaml
     from dvc.repo import Repo
 
-    lock = root / "dvc.lock"
-    if not lock.exists():
+    if not (root / "dvc.lock").exists():
         return []
-    with open(lock, encoding="utf-8") as fh:
-        entries = (yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get("stages") or {}
     repo = Repo(str(root))
     try:
         with contextlib.chdir(root):
-            here = str(root / "dvc.yaml")
-            known = {s.name for s in repo.index.stages if str(Path(s.dvcfile.path).resolve()) == here}
+            return _lock_entries_not_in(repo.index, str(root / "dvc.yaml"))
     finally:
         repo.close()
-    return sorted(name for name in entries if name not in known)
 
 
-def _prune_lock(root: Path, echo: Callable[[str], None]) -> list[str]:
-    """Remove :func:`stale_lock_entries` from dvc.lock (under DVC's repository lock, formatting kept)."""
+def _prune_lock(root: Path, echo: Callable[[str], None], stale: list[str] | None = None) -> list[str]:
+    """Remove :func:`stale_lock_entries` from dvc.lock (under DVC's repository lock, formatting kept); ``stale``:
+    those entries as the plan found them (nothing has been committed since), else read again."""
     from dvc.repo import Repo, lock_repo
     from dvc.utils.serialize import modify_yaml
 
-    stale = stale_lock_entries(root)
+    stale = stale_lock_entries(root) if stale is None else stale
     if stale:
         repo = Repo(str(root))
         try:
@@ -752,8 +766,8 @@ class _Restorer:
 
         with contextlib.chdir(self.root):
             stage = self._stage(address)
-            with lock_repo(self._repo):
-                return not stage.changed()
+            with lock_repo(self._repo), read_locked(self._repo, [stage]):  # one read lock, not three (dvc_status)
+                return not stage_changed(stage)
 
     def __call__(self, address: str) -> bool:
         """Outputs removed; True when the run-cache had them."""
