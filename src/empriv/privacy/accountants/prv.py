@@ -224,12 +224,20 @@ def _psg_tail_sorted(t, q: float, sigma: float):
 
 
 def _power(x, steps: int):
-    """x ** steps for a complex array by repeated squaring (log2 T products instead of a complex log and exp per
-    element; more accurate than both for |x| <= 1, and 3-5x faster)."""
+    """x ** steps for a complex array with |x| <= 1, by repeated squaring (log2 T products instead of a complex
+    log and exp per element: more accurate and several times faster).
+
+    Entries whose power lies below 1e-300 in modulus are set to 0 first: every intermediate product of the
+    others stays a normal float, so no arithmetic runs on subnormals (10-100x slower on x86), and what is
+    dropped is 1e-280 below the probabilities the accountant resolves."""
     import numpy as np
 
-    result = None
     base = x.copy()
+    steps = int(steps)
+    if steps > 1:
+        modulus2 = base.real * base.real + base.imag * base.imag
+        base[modulus2 < math.exp(-2 * 690.0 / steps)] = 0.0
+    result = None
     e = int(steps)
     while True:
         if e & 1:
