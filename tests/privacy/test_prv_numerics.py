@@ -127,8 +127,8 @@ def test_search_on_the_rdp_accountant_against_brute_force():
     assert first_ok / 1.0001 <= sigma <= first_ok * 1.0011
 
 
-# The default run's σ (ε ∈ {2, 64}, q = b/3000, b ∈ {16, 32}, T ∈ {100, 200}, δ = 3000^-1.1) as its records hold them
-# (records/train/record/full/eps*-b*-T*-lr0.003-s0.json, computed before the issue-30 speed work).
+# The default run's σ (ε ∈ {2, 64}, q = b/3000, b ∈ {16, 32}, T ∈ {100, 200}, δ = 3000^-1.1) as its records
+# hold them (records/train/record/full/eps*-b*-T*-lr0.003-s0.json, computed before the issue-30 speed work).
 DEFAULT_RUN_SIGMA = {
     (2, 16, 100): 0.5756142308258402, (2, 16, 200): 0.6034330565355672,
     (2, 32, 100): 0.663206266037307, (2, 32, 200): 0.7064267018527359,

@@ -6,8 +6,8 @@ numerically stable closed form of the PRV's CDF/survival function: 5-20x faster 
 tests check agreement with it. Where the work goes and what was cut (issue 30, same numbers): the tails are
 evaluated only inside the PRV's support and in place, the domain's Rényi minimum is located on a third of
 the orders, and the characteristic function is raised to the T-th power by squaring on its non-underflowing
-entries only (tests compare each piece with a naive reference). Guards: the domain must stay inside float64's exponent range
-(|t| <= 700, else ε near 709 would be an overflow artefact) and the grids inside the memory limit.
+entries only (tests compare each piece with a naive reference). Guards: the domain must stay inside float64's
+exponent range (|t| <= 700, else ε near 709 would be an overflow artefact) and the grids inside the memory limit.
 """
 
 from __future__ import annotations
@@ -219,7 +219,8 @@ def _psg_tail_sorted(t, q: float, sigma: float):
     if k > i0:  # inside the support, t <= 0: the CDF; z = log(1 + (e^t - 1)/q)
         u = np.expm1(t[i0:k])
         u /= q
-        np.log1p(u, out=u)
+        with np.errstate(divide="ignore"):  # q = 1 and t far below 0: z = -inf, the CDF is 0
+            np.log1p(u, out=u)
         u *= s2
         a = u - 1.0
         np.negative(a, out=a)
@@ -445,7 +446,8 @@ class PRVAccountant(Accountant):
 
     def locate(self, target, delta, q, steps, tol):
         # Same algorithm on a 10x coarser grid (~10x cheaper), reporting the fine
-        # error margin; its root is within ~1e-4 relative of the fine one.
+        # error margin; its root is within ~1e-3 relative of the fine one (1.4e-3 measured at q = 0.00256, T = 2000),
+        # so the fine search usually closes in two evaluations, sometimes three.
         guess = _analytic_guess(target, delta, q, steps)
         _, _, root, slope = _solve_smallest_sigma(
             lambda s: self.epsilon(
