@@ -19,7 +19,7 @@ ACCOUNTANTS: dict[str, Accountant] = {a.name: a for a in (PRVAccountant(), RDPAc
 ACCOUNTANT_NAMES: tuple[str, ...] = tuple(ACCOUNTANTS)
 
 #: Bump when the numerical behaviour of any accountant changes (part of the calibration cache key).
-NUMERICS_VERSION = "empriv-accounting-v2"
+NUMERICS_VERSION = "empriv-accounting-v3"  # v3: PRV characteristic function powered by squaring (σ moves ~1e-11)
 
 
 def check_accountant_name(name) -> str:
