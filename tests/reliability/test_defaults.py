@@ -62,6 +62,7 @@ def test_fill_defaults_writes_only_what_dvc_reads_and_keeps_comments(tmp_path):
     assert raw["privacy"] == {"delta": None, "delta_exponent": 1.1, "accountant": "prv", "group_accounting": "tight",
                               "user_resample": True}
     assert raw["runtime"] == {"threads": 2} and "score" not in raw  # only the keys a stage reads
+    assert "  delta: null\n" in text  # null spelt out, as params.yaml is written by hand (not an empty value)
     assert fill_defaults(tmp_path / "params.yaml", tmp_path / "dvc.yaml") == []  # idempotent
 
 

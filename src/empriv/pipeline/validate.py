@@ -142,13 +142,10 @@ def fix_inputs(params_path: str | Path = paths.PARAMS) -> dict[str, str] | None:
     """Set the params file's ``inputs`` to the raw files ``data.path``, ``secrets.overrides`` and a local
     ``base.name`` name (ruamel round trip: comments and order kept). Returns the new mapping, or None when the file
     already had it (left untouched)."""
-    from ruamel.yaml import YAML
-
     from empriv.config import expected_inputs
     from empriv.io import atomic_path
 
-    yaml = YAML()
-    yaml.preserve_quotes = True
+    yaml = _round_trip_yaml()
     path = Path(params_path)
     raw = yaml.load(path.read_text(encoding="utf-8")) or {}
     section = lambda name: raw.get(name) if isinstance(raw.get(name), dict) else {}  # noqa: E731
@@ -188,20 +185,30 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _round_trip_yaml():
+    """ruamel's round trip as params.yaml is written by hand: comments and order kept, ``null`` spelt out (not an
+    empty value), lines up to 120 columns before a flow list wraps."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 120
+    yaml.representer.add_representer(
+        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
+    return yaml
+
+
 def fill_defaults(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Path = DVC_YAML) -> list[str]:
     """Write into the params file (ruamel round trip: comments and order kept) the default of every key a stage of
     ``dvc.yaml`` depends on that the file leaves out. DVC compares the values it reads from params.yaml, and a key
     that is absent differs from any value: deleting a section whose values are the defaults would re-run every stage
     that reads it. Returns the keys filled in ([] and the file untouched when none is missing). The params must be
     valid (call after :func:`validate_project`)."""
-    from ruamel.yaml import YAML
-
     from empriv.io import atomic_path
 
     path = Path(params_path)
     keys = _dvc_params_keys(Path(dvc_yaml))
-    yaml = YAML()
-    yaml.preserve_quotes = True
+    yaml = _round_trip_yaml()
     raw = yaml.load(path.read_text(encoding="utf-8")) or {}
     params = load_params(path).model_dump(mode="python")
     filled = []
