@@ -435,9 +435,13 @@ def fast_dp_step(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, cli
                        ghost=tuple(nm for nm, _ in named if nm in ghost_names))
 
 
+@torch.no_grad()
 def _clip_and_accumulate(named, tape: _Tape, batch: int, clip_norm: float, mode: str, cap: int, summed: dict,
                          explicit_names: set, ghost_names: set) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-example norms and clip factors of one micro-batch; adds its clipped sum into ``summed``."""
+    """Per-example norms and clip factors of one micro-batch; adds its clipped sum into ``summed``.
+
+    Runs without autograd: the recorded layer inputs still require grad (they are the forward pass's
+    activations), and a graph built from them here would hang off every ``p.grad`` until it is released."""
     dtype = named[0][1].dtype
     device = named[0][1].device
     sq = torch.zeros(batch, dtype=dtype, device=device)
