@@ -42,6 +42,11 @@ trainable parameter:
 - LoRA (peft): the adapters' A and B are ``nn.Linear`` layers and are treated as such; frozen layers run
   untouched (their input gradient flows through autograd as usual).
 
+All materialised per-example gradients of a micro-batch are written side by side into one [B, K] buffer (K: the
+sizes of their parameters together), kept per model and reused by every micro-batch and step: the squared norms
+are one reduction over it and the clipped sum of all of them one matrix-vector product cᵀ[G]. This arithmetic runs
+without autograd (the recorded activations require grad).
+
 A trainable parameter owned by any other kind of module is a ``ValueError`` naming the module. Every recorded
 layer must see batch-first inputs (dimension 0 = the example): a layer fed a tensor shared by the whole batch
 (e.g. position ids of shape [1, L] broadcast over the batch) cannot be split by example and is a ``ValueError``.
