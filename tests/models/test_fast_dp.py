@@ -260,3 +260,14 @@ def test_bf16_forward_keeps_float32_clipping(case):
     torch.testing.assert_close(bf16.per_sample_norms, ref.per_sample_norms, rtol=0.05, atol=0)
     for (n, p), r in zip(trainable(model), ref_grads):
         assert float((p.grad - r).norm()) <= 0.1 * float(r.norm()) + 1e-6, n
+
+
+@pytest.mark.parametrize("case", ["gpt2-full", "gpt2-lora"])
+def test_gradients_carry_no_autograd_graph(case):
+    """The clipping arithmetic runs without autograd: the recorded activations require grad, and a graph built from
+    them would hang off every p.grad (keeping the micro-batches' activations alive until the grads are dropped)."""
+    model = build(case, torch.float32)
+    fast_dp_step(model, IDS, MASK, clip_norm=1.0, noise_multiplier=1.0, expected_batch_size=6.0,
+                 generator=torch.Generator().manual_seed(0), micro_batch_size=4)
+    for n, p in trainable(model):
+        assert p.grad is not None and p.grad.grad_fn is None and not p.grad.requires_grad, n

@@ -42,6 +42,11 @@ trainable parameter:
 - LoRA (peft): the adapters' A and B are ``nn.Linear`` layers and are treated as such; frozen layers run
   untouched (their input gradient flows through autograd as usual).
 
+All materialised per-example gradients of a micro-batch are written side by side into one [B, K] buffer (K: the
+sizes of their parameters together), kept per model and reused by every micro-batch and step: the squared norms
+are one reduction over it and the clipped sum of all of them one matrix-vector product cᵀ[G]. This arithmetic runs
+without autograd (the recorded activations require grad).
+
 A trainable parameter owned by any other kind of module is a ``ValueError`` naming the module. Every recorded
 layer must see batch-first inputs (dimension 0 = the example): a layer fed a tensor shared by the whole batch
 (e.g. position ids of shape [1, L] broadcast over the batch) cannot be split by example and is a ``ValueError``.
@@ -59,6 +64,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -256,6 +262,21 @@ def _recording(model: nn.Module, tape: _Tape):
 
 # ----------------------------------------------------------------------------- norms and clipped sums
 
+#: Per model: one flat buffer the materialised per-example gradients are written into, reused by every micro-batch
+#: and step (a fresh 10-100 MB tensor per micro-batch cost page faults: kernel time of the order of the clipping
+#: itself on the tiny GPT-2). Freed with the model.
+_BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _per_example_buffer(model: nn.Module, batch: int, width: int, dtype, device) -> torch.Tensor:
+    """A [batch, width] tensor (contents undefined) backed by the model's reused buffer."""
+    need = batch * width
+    buf = _BUFFERS.get(model)
+    if buf is None or buf.numel() < need or buf.dtype != dtype or buf.device != torch.device(device):
+        buf = torch.empty(need, dtype=dtype, device=device)
+        _BUFFERS[model] = buf
+    return buf[:need].view(batch, width)
+
 
 def _width(use: tuple) -> int:
     kind = use[0]
@@ -286,29 +307,33 @@ def _as(t: torch.Tensor, dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)
 
 
-def _materialise(uses: list[tuple], param: torch.Tensor, batch: int) -> torch.Tensor:
-    """[B, numel]: each example's gradient of ``param``, summed over its uses."""
-    dtype = param.dtype
-    out = None
+def _materialise(uses: list[tuple], param: torch.Tensor, batch: int, out: torch.Tensor) -> None:
+    """Write each example's gradient of ``param``, summed over its uses, into ``out`` [B, numel] (a column block
+    of the step's per-example gradient buffer: rows are examples, so the block is strided, never copied)."""
+    dtype = out.dtype
+    first = True
     for use in sorted(uses, key=lambda u: u[0] == "emb"):  # a dense use first: it initialises ``out``
         kind = use[0]
         if kind == "emb":
             ids, g = use[1], _as(use[2], dtype)
-            rows, width = param.shape[0], g.shape[-1]
-            if out is None:
-                out = torch.zeros((batch, param.numel()), dtype=dtype, device=param.device)
-            flat = (ids + torch.arange(batch, device=ids.device).unsqueeze(1) * rows).reshape(-1)
-            out.view(batch * rows, width).index_add_(0, flat, g.reshape(-1, width))
-            continue
-        if kind == "lin":
+            if first:
+                out.zero_()
+            rows = torch.arange(batch, device=ids.device).unsqueeze(1).expand_as(ids)
+            out.view(batch, param.shape[0], g.shape[-1]).index_put_((rows, ids), g, accumulate=True)
+        elif kind == "lin":
             a, g = _as(use[1], dtype), _as(use[2], dtype)
-            part = torch.bmm(g.transpose(1, 2), a).reshape(batch, -1)
-        elif kind == "sum":
-            part = _as(use[1], dtype).sum(1)
-        else:  # mul
-            part = (_as(use[1], dtype) * _as(use[2], dtype)).sum(1)
-        out = part if out is None else out.add_(part)
-    return out
+            block = out.view(batch, g.shape[-1], a.shape[-1])
+            if first:
+                torch.bmm(g.transpose(1, 2), a, out=block)
+            else:
+                block.baddbmm_(g.transpose(1, 2), a)
+        else:
+            part = _as(use[1], dtype).sum(1) if kind == "sum" else (_as(use[1], dtype) * _as(use[2], dtype)).sum(1)
+            if first:
+                out.copy_(part)
+            else:
+                out.add_(part)
+        first = False
 
 
 def _inner(u: tuple, v: tuple, dtype) -> torch.Tensor:
@@ -416,8 +441,8 @@ def fast_dp_step(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, cli
             with _recording(model, tape), (forward_context() if forward_context else contextlib.nullcontext()):
                 b_losses = per_sample_loss(model, b_ids, b_mask)
             b_losses.sum().backward()
-            b_norms, b_factors = _clip_and_accumulate(named, tape, len(rows), clip_norm, mode, max_explicit_elements,
-                                                      summed, explicit_names, ghost_names)
+            b_norms, b_factors = _clip_and_accumulate(model, named, tape, len(rows), clip_norm, mode,
+                                                      max_explicit_elements, summed, explicit_names, ghost_names)
             if start == 0:
                 losses = losses.to(b_losses.dtype)
             losses[rows] = b_losses.detach().to(losses.dtype).cpu()
@@ -435,13 +460,21 @@ def fast_dp_step(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, cli
                        ghost=tuple(nm for nm, _ in named if nm in ghost_names))
 
 
-def _clip_and_accumulate(named, tape: _Tape, batch: int, clip_norm: float, mode: str, cap: int, summed: dict,
+@torch.no_grad()
+def _clip_and_accumulate(model, named, tape: _Tape, batch: int, clip_norm: float, mode: str, cap: int, summed: dict,
                          explicit_names: set, ghost_names: set) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-example norms and clip factors of one micro-batch; adds its clipped sum into ``summed``."""
+    """Per-example norms and clip factors of one micro-batch; adds its clipped sum into ``summed``.
+
+    Runs without autograd: the recorded layer inputs still require grad (they are the forward pass's
+    activations), and a graph built from them here would hang off every ``p.grad`` until it is released.
+    Materialised per-example gradients go into one [B, K] buffer (K: their parameters' sizes together), so
+    their norms are one reduction and their clipped sum one matrix-vector product."""
     dtype = named[0][1].dtype
     device = named[0][1].device
     sq = torch.zeros(batch, dtype=dtype, device=device)
-    plans = []  # (param, "explicit", G) or (param, "ghost", uses)
+    explicit_plans = []  # (param, uses, offset)
+    ghost_plans = []  # (param, uses)
+    width = 0
     budget = cap
     for name, p in named:
         uses = tape.uses.get(id(p))
@@ -465,20 +498,27 @@ def _clip_and_accumulate(named, tape: _Tape, batch: int, clip_norm: float, mode:
             explicit = size <= budget and _explicit_cheaper(uses, p.numel())
         if explicit:
             budget -= size
-            G = _materialise(uses, p, batch)
-            sq += torch.linalg.vector_norm(G, dim=1).to(dtype).pow(2)
-            plans.append((p, True, G))
+            explicit_plans.append((p, uses, width))
+            width += p.numel()
             explicit_names.add(name)
         else:
-            sq += _ghost_sq_norm(uses, p.dtype).to(dtype)
-            plans.append((p, False, uses))
+            ghost_plans.append((p, uses))
             ghost_names.add(name)
+    per_example = None
+    if explicit_plans:
+        per_example = _per_example_buffer(model, batch, width, dtype, device)
+        for p, uses, offset in explicit_plans:
+            _materialise(uses, p, batch, per_example[:, offset:offset + p.numel()])
+        sq += torch.linalg.vector_norm(per_example, dim=1).pow(2)
+    for p, uses in ghost_plans:
+        sq += _ghost_sq_norm(uses, p.dtype).to(dtype)
     norms = sq.sqrt()
     factors = (clip_norm / (norms + 1e-6)).clamp(max=1.0)
-    for p, explicit, data in plans:
-        if explicit:
-            summed[id(p)] += (factors.to(p.dtype) @ data).view(p.shape)
-        else:
-            summed[id(p)] += _ghost_clipped_sum(data, p, factors)
+    if per_example is not None:
+        clipped = torch.mv(per_example.t(), factors.to(dtype))
+        for p, _, offset in explicit_plans:
+            summed[id(p)] += _as(clipped[offset:offset + p.numel()].view(p.shape), p.dtype)
+    for p, uses in ghost_plans:
+        summed[id(p)] += _ghost_clipped_sum(uses, p, factors)
     tape.uses.clear()
     return norms, factors
