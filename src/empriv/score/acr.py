@@ -39,23 +39,11 @@ Two strategies run this same search:
 - ``published`` — the procedure as published: a random restart at every length, a separate
   forward pass per step to check the kept prompt for success, every seed searched from scratch,
   a fixed number of steps per length.
-- ``fast`` (the default) — every seed follows the same rule and stopping criteria from the same start
-  length, with these savings, each measured in ``benchmarks/acr.py``:
-    1. the seeds run in lockstep: the seeds searching the same length share one gradient call (a batch
-       of prompts, one forward + one backward) and one forward call for all their candidates, so a GCG
-       step costs 3 model calls for all seeds instead of 4 per seed; each seed keeps its own random
-       generator, so what it finds does not depend on which seeds share its calls (up to the floating-point
-       rounding of a batched call);
-    2. success is read off the candidate batch itself (every candidate's arg-maxes come with its
-       loss), so there is no extra pass per step and a success is caught the moment it is sampled;
-    3. warm starts: after a success at length L, the L prompts obtained by deleting one token are
-       scored in one pass — if one already works the next length costs a single pass — and GCG
-       starts from the best of them; after a failure the best prompt so far is kept and new random
-       tokens are put in front of it;
-    4. a length is abandoned after ``patience`` steps in which the best loss has not improved by at least
-       ``patience_tolerance`` (relative) since the patience last restarted — GCG's loss on an unreachable
-       length keeps creeping down by tiny amounts, so a plain "no new best" rule rarely fires;
-    5. duplicate candidates (and the current prompt) are not scored again.
+- ``fast`` (the default) — the seeds search as one population (:mod:`empriv.score.acr_fast`): one shared length
+  schedule, the seeds' GCG steps batched together with ``fast_candidates`` swaps each, a length won the moment any
+  seed's candidate reproduces the target (read off the candidate batch, no extra pass), warm starts from the best
+  one-token deletions of the winning prompt, lengths abandoned after ``patience`` steps without a real improvement,
+  an exhaustive pass over the vocabulary at length 1, duplicate candidates scored once.
 
 Passes are counted (forward calls, backward calls, sequences scored) so costs can be compared.
 """
@@ -103,6 +91,7 @@ class ACRSettings:
     strategy: Literal["fast", "published"] = _acr_default("strategy")
     patience: int | None = _acr_default("patience")  # fast only: steps without a real improvement before giving up a length
     patience_tolerance: float = _acr_default("patience_tolerance")  # fast only: the relative improvement that resets patience
+    fast_candidates: int | None = _acr_default("fast_candidates")  # fast only: swaps per seed per step (None: candidates)
 
     def __post_init__(self):
         object.__setattr__(self, "seeds", tuple(self.seeds))
@@ -262,6 +251,7 @@ class _Member:
     since_best: int = 0
     step: int = 0
     result: tuple[bool, torch.Tensor, float] | None = None
+    candidates: int | None = None  # swaps scored per step (None: settings.candidates)
 
 
 class _LengthSearch:
@@ -276,7 +266,9 @@ class _LengthSearch:
     def run(self, prompt: torch.Tensor, steps: int, gen: torch.Generator) -> tuple[bool, torch.Tensor, float]:
         return self.run_batch([_Member(prompt, steps, gen)])[0]
 
-    def run_batch(self, members: list[_Member]) -> list[tuple[bool, torch.Tensor, float]]:
+    def run_batch(self, members: list[_Member], first_success_stops: bool = False) -> list[tuple[bool, torch.Tensor, float]]:
+        """Every member's (success, prompt, loss); with ``first_success_stops`` the others end (unsuccessful, with
+        their best so far) as soon as one member succeeds."""
         fast = self.s.strategy == "fast"
         active = [m for m in members if m.steps > 0]
         for m in members:
@@ -291,12 +283,12 @@ class _LengthSearch:
                     continue
                 if m.best_prompt is None:  # the start prompt; later this prompt is the last kept candidate
                     m.best_prompt, m.best_loss, m.loss_at_reset = m.prompt.clone(), float(glosses[j]), float(glosses[j])
-                cands = _candidates(m.prompt, grads[j], self.s.top_k, self.s.candidates, m.gen, dedupe=fast)
+                cands = _candidates(m.prompt, grads[j], self.s.top_k, m.candidates or self.s.candidates, m.gen, dedupe=fast)
                 if cands.shape[0] == 0:
                     m.result = (False, m.best_prompt, m.best_loss)
                     continue
                 batch.append((m, cands))
-            if not batch:
+            if not batch or (first_success_stops and any(m.result is not None and m.result[0] for m in members)):
                 break
             losses, matches = self.obj.evaluate(torch.cat([c for _, c in batch]))
             still, start = [], 0
@@ -306,6 +298,11 @@ class _LengthSearch:
                 if self._step(m, cands, losses[sl], matches[sl], fast):
                     still.append(m)
             active = still
+            if first_success_stops and any(m.result is not None and m.result[0] for m in members):
+                break
+        for m in members:
+            if m.result is None:  # cut short: another member succeeded
+                m.result = (False, m.best_prompt if m.best_prompt is not None else m.prompt, m.best_loss)
         return [m.result for m in members]
 
     def _step(self, m: _Member, cands, losses, matches, fast: bool) -> bool:
@@ -347,28 +344,21 @@ def _seed_schedule(obj: _Objective, s: ACRSettings, seed: int, key: str):
     (a ``_Member``) and is sent back each one's (success, prompt, loss); it returns the seed's record."""
     gen = torch.Generator().manual_seed(_seed_of(seed, key))
     vocab = obj.embed.shape[0]
-    fast = s.strategy == "fast"
     running_max, running_min = s.max_length, 0  # shortest success known (exclusive bound), longest failure known
     n, steps = s.start_length, s.steps
     best_success: int | None = None
-    warm: torch.Tensor | None = None  # fast: the prompt to start the next length from
     tried = []
     while True:
         obj.check_length(n)
-        start = warm if (fast and warm is not None) else _random_prompt(n, vocab, gen, obj.device)
-        ok, prompt, _ = yield _Member(start, steps, gen)
+        ok, prompt, _ = yield _Member(_random_prompt(n, vocab, gen, obj.device), steps, gen)
         tried.append((n, ok))
         if ok:
             best_success = running_max = n
             new_n = n - 1
-            if fast and new_n >= 1:
-                warm = _best_deletion(obj, prompt)
         else:
             running_min = n
             new_n = n + s.grow
             steps = int(steps * s.step_growth)
-            if fast:
-                warm = torch.cat([_random_prompt(new_n - n, vocab, gen, obj.device), prompt])
         if new_n >= running_max or new_n <= running_min or new_n > s.max_length:
             break
         n = new_n
@@ -377,43 +367,23 @@ def _seed_schedule(obj: _Objective, s: ACRSettings, seed: int, key: str):
 
 
 def _search_seeds(obj: _Objective, s: ACRSettings, key: str, bar) -> list[dict]:
-    """Run every seed's schedule. Published: one search at a time. Fast: the seeds waiting on the same prompt
-    length are searched together (one batched call per GCG step for all of them). Each seed draws from its own
-    generator, so a seed's result does not depend on which others share its calls."""
+    """Run every seed's schedule. Published: one seed after the other, each a full MiniPrompt search of its own.
+    Fast: the seeds as one population (:func:`empriv.score.acr_fast.search_population`)."""
     search = _LengthSearch(obj, s, bar)
-    schedules = {seed: _seed_schedule(obj, s, seed, key) for seed in s.seeds}
+    if s.strategy == "fast":
+        from empriv.score.acr_fast import search_population
+
+        return search_population(obj, s, key, search)
     records: dict[int, dict] = {}
-    waiting: dict[int, _Member] = {}
-
-    def advance(seed: int, result) -> None:
-        try:
-            waiting[seed] = schedules[seed].send(result)
-        except StopIteration as done:
-            waiting.pop(seed, None)
-            records[seed] = done.value
-
     for seed in s.seeds:
-        advance(seed, None)
-    while waiting:
-        if s.strategy == "fast":
-            length = min(m.prompt.shape[0] for m in waiting.values())
-            group = [seed for seed, m in waiting.items() if m.prompt.shape[0] == length]
-        else:
-            group = [next(iter(waiting))]
-        results = search.run_batch([waiting[seed] for seed in group])
-        for seed, result in zip(group, results):
-            advance(seed, result)
+        schedule = _seed_schedule(obj, s, seed, key)
+        member = schedule.send(None)
+        try:
+            while True:
+                member = schedule.send(search.run_batch([member])[0])
+        except StopIteration as done:
+            records[seed] = done.value
     return [records[seed] for seed in s.seeds]
-
-
-def _best_deletion(obj: _Objective, prompt: torch.Tensor) -> torch.Tensor:
-    """The shorter prompt (one token deleted) with the lowest loss, all deletions scored in one pass."""
-    L = prompt.shape[0]
-    keep = ~torch.eye(L, dtype=torch.bool, device=prompt.device)
-    shorter = prompt.unsqueeze(0).expand(L, -1)[keep].view(L, L - 1)
-    losses, matches = obj.evaluate(shorter)
-    i = int(torch.where(matches, torch.full_like(losses, -math.inf), losses).argmin())
-    return shorter[i]
 
 
 def _seed_of(seed: int, key: str) -> int:
