@@ -1,6 +1,9 @@
 """Benchmark: empriv's fast ACR search vs the published ACR procedure, same code, same model, same secrets.
 
-Run:  nice python benchmarks/acr.py [--model models/runs/<run>] [--max-secrets N | --secrets ID,ID] [--synthetic]
+Run:  nice python benchmarks/acr.py [--root DIR] [--model RUN ...] [--max-secrets N | --secrets ID,ID] [--synthetic]
+e.g. (both models of the default's memorisation regime, every secret, 3 search seeds each):
+      OMP_NUM_THREADS=1 nice python benchmarks/acr.py --root /work/cold/final --skip-base \
+        --model models/runs/record/full/epsinf-b32-T200-lr0.01-s0 --model models/runs/record/full/eps64-b32-T200-lr0.01-s0
 
 The peer is the published procedure's defaults (top-k 250, 100 candidates, 200 GCG steps at the
 first length, start length 5, +5 tokens and ×1.2 steps after a failure, −1 after a success, a
@@ -26,8 +29,10 @@ epsinf-…-s0``) and the base model, on ``data/secrets_filtered.jsonl`` (run ``m
 ``--synthetic`` builds its own: tiny GPT-2s trained on the synthetic corpus's secrets with different
 strengths of memorisation, so that some secrets compress and some do not (no pipeline needed).
 
-Exit status 1 if fewer model calls are saved than ``--goal`` (5×; the goal of the issue that set it, on calls)
-or some secret's fast ACR is below the published one.
+Exit status 1 if fewer sequences are saved than ``--goal`` (10×, issue 30; it was 5× on model calls before) or
+some secret's fast ACR is below the published one. The published procedure is deterministic given its seeds, so
+``--reuse-published`` can take its rows from an earlier ``--json`` of the same settings (``--only published`` runs
+just the peer); the printed total says how many rows were reused.
 """
 
 from __future__ import annotations
@@ -116,10 +121,13 @@ def _shown(res) -> str:
 def _compare(row: dict) -> int:
     """1 if fast found a shorter prompt (higher ACR), 0 if both reached the same outcome, −1 if fast did worse.
 
-    A failed search has no ACR (only a bound): a success beats a failure; two failures of the same schedule are equal."""
+    A failed search has no ACR (only a bound): a success beats a failure; two failures are equal when fast's bound is
+    no looser (it tried lengths at least as long), else fast did worse."""
     a, b = row["acr_fast"], row["acr_published"]
+    if a is None and b is None:
+        return 0 if row["bound_fast"] <= row["bound_published"] + 1e-9 else -1
     if a is None or b is None:
-        return 0 if a is None and b is None else (1 if b is None else -1)
+        return 1 if b is None else -1
     return 0 if abs(a - b) < 1e-9 else (1 if a > b else -1)
 
 
@@ -130,20 +138,24 @@ def _target(s: dict, tok) -> list[int]:
     return acr_target_ids(s, tok)
 
 
-def _reused(path: str | None, settings) -> dict:
-    """Published rows of an earlier run of this script (``--reuse-published``), keyed by (model, secret), when they
-    were measured with the same published settings: the published procedure is deterministic given its seeds."""
-    if not path:
-        return {}
-    data = json.loads(Path(path).read_text())
-    fast_only = r", (patience|patience_tolerance|fast_candidates)=[^,)]*"  # knobs the published procedure ignores
-    if re.sub(fast_only, "", data.get("published_settings", "")) != re.sub(fast_only, "", repr(settings)):
-        raise SystemExit(f"--reuse-published {path}: measured with other published settings")
-    return {(r["model"], r["secret"]): r for r in data["rows"]}
+def _reused(paths: list[str], settings, label: str) -> dict:
+    """Rows of earlier runs of this script (``--reuse-published`` / ``--reuse-fast``), keyed by (model, secret), when
+    they were measured with the same settings of that side: each search is deterministic given its seeds."""
+    out = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if label == "published":
+            fast_only = r", (patience|patience_tolerance|fast_candidates)=[^,)]*"  # knobs the published procedure ignores
+            same = re.sub(fast_only, "", data.get("published_settings", "")) == re.sub(fast_only, "", repr(settings))
+        else:
+            same = data.get("fast_settings") == repr(settings)
+        if not same:
+            raise SystemExit(f"--reuse-{label} {path}: measured with other {label} settings")
+        out.update({(r["model"], r["secret"]): r for r in data["rows"] if f"success_{label}" in r})
+    return out
 
 
-_PUB_KEYS = ("acr_published", "success_published", "bound_published", "passes_published", "sequences_published",
-             "seconds_published", "cpu_seconds_published", "prompt_published")
+_KEYS = ("acr", "success", "bound", "passes", "sequences", "seconds", "cpu_seconds", "prompt")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,8 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier timings on a shared machine)")
     ap.add_argument("--goal", type=float, default=10.0, help="required ratio of sequences scored, published / fast")
     ap.add_argument("--only", choices=("fast", "published"), help="run one strategy (the other's columns stay empty)")
-    ap.add_argument("--reuse-published", help="take the published rows from this earlier --json (same settings) "
-                    "instead of searching again; their seconds are the earlier run's")
+    ap.add_argument("--reuse-published", action="append", default=[], help="take the published rows from this earlier "
+                    "--json (same settings; repeatable) instead of searching again; their seconds are the earlier run's")
+    ap.add_argument("--reuse-fast", action="append", default=[], help="the same for the fast rows")
+    ap.add_argument("--fast-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change one knob of the fast side (e.g. patience=20; YAML values), to try a setting")
     ap.add_argument("--json", help="also write the results to this file (rewritten after every row)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -176,8 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.skip_base:
             models.pop("base")
     published = ACRSettings(strategy="published")
-    fast = ACRSettings(strategy="fast")
-    reuse = _reused(args.reuse_published, published)
+    import yaml
+
+    fast = ACRSettings(strategy="fast", **{k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.fast_set)})
+    reuse = {"published": _reused(args.reuse_published, published, "published"),
+             "fast": _reused(args.reuse_fast, fast, "fast")}
     print(f"{len(secrets)} secrets × {len(models)} models; peer: published procedure {published}")
     print(f"{'model':<28}{'secret':<11}{'|s|':>4}{'ACR pub':>9}{'ACR fast':>9}{'seqs pub':>10}{'fast':>9}"
           f"{'ratio':>7}{'calls pub':>10}{'fast':>7}{'ratio':>7}{'s pub':>8}{'s fast':>8}  seeds' prompts pub | fast")
@@ -191,19 +209,21 @@ def main(argv: list[str] | None = None) -> int:
         return data
 
     for mname, model in models.items():
-        model = model if isinstance(model, torch.nn.Module) else model()
+        if not isinstance(model, torch.nn.Module):  # a loader: load only when some row of it is searched here
+            model = _Lazy(model)
         for s in secrets:
             target = target_of(s)
             row = {"model": mname, "secret": s["id"], "target_tokens": len(target)}
             for label, settings in (("published", published), ("fast", fast)):
-                if label == "published" and (mname, s["id"]) in reuse:
-                    row.update({k: reuse[(mname, s["id"])].get(k) for k in _PUB_KEYS})
-                    row["reused_published"] = True
+                if (mname, s["id"]) in reuse[label]:
+                    row.update({f"{k}_{label}": reuse[label][(mname, s["id"])].get(f"{k}_{label}") for k in _KEYS})
+                    row[f"reused_{label}"] = True
                     continue
                 if args.only and args.only != label:
                     continue
                 t0, c0 = time.perf_counter(), time.process_time()
-                r = adversarial_compression_ratio(model, target, settings, key=s["id"])
+                r = adversarial_compression_ratio(model.get() if isinstance(model, _Lazy) else model, target, settings,
+                                                  key=s["id"])
                 row.update({f"acr_{label}": r.acr, f"success_{label}": r.success, f"bound_{label}": r.upper_bound,
                             f"passes_{label}": r.counts.passes, f"sequences_{label}": r.counts.sequences,
                             f"seconds_{label}": time.perf_counter() - t0, f"cpu_seconds_{label}": time.process_time() - c0,
@@ -212,6 +232,16 @@ def main(argv: list[str] | None = None) -> int:
             dump()
             print(_line(row), flush=True)
     return _summary(rows, args, dump)
+
+
+class _Lazy:
+    def __init__(self, load):
+        self.load, self.model = load, None
+
+    def get(self):
+        if self.model is None:
+            self.model = self.load()
+        return self.model
 
 
 def _cell(row: dict, label: str, key: str, fmt: str) -> str:
@@ -250,7 +280,7 @@ def _summary(rows: list[dict], args, dump) -> int:
     ratio_sequences = tot["sequences_published"] / tot["sequences_fast"]
     ratio = tot["passes_published"] / tot["passes_fast"]
     ratio_seconds = tot["seconds_published"] / tot["seconds_fast"]
-    reused = sum(1 for r in both if r.get("reused_published"))
+    reused = {label: sum(1 for r in both if r.get(f"reused_{label}")) for label in ("published", "fast")}
     print(f"\ntotal sequences scored (the primary cost): published {tot['sequences_published']}, fast "
           f"{tot['sequences_fast']} → {ratio_sequences:.1f}× fewer")
     for m in dict.fromkeys(r["model"] for r in both):
@@ -261,7 +291,11 @@ def _summary(rows: list[dict], args, dump) -> int:
     print(f"total wall time: published {tot['seconds_published']:.1f} s, fast {tot['seconds_fast']:.1f} s → "
           f"{ratio_seconds:.1f}× faster "
           f"(median per secret {statistics.median(r['seconds_published'] / r['seconds_fast'] for r in both):.1f}×)"
-          + (f"; {reused} published rows reused from {args.reuse_published}" if reused else ""))
+          + "".join(f"; {reused[k]} {k} rows reused from {getattr(args, 'reuse_' + k)}" for k in reused if reused[k]))
+    cpu = [sum(r.get(f"cpu_seconds_{k}") or 0 for r in both) for k in ("published", "fast")]
+    if all(cpu):
+        print(f"total CPU time of the searching process: published {cpu[0]:.1f} s, fast {cpu[1]:.1f} s → "
+              f"{cpu[0] / cpu[1]:.1f}× less (steadier than wall time on a loaded machine)")
     print(f"ACR: equal on {same}/{len(both)}, fast higher (a shorter prompt found) on {higher}, fast lower on {lower}")
     data = dump()
     data.update({"totals": tot, "ratio_sequences": ratio_sequences, "ratio_passes": ratio,
