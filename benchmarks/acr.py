@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse-published", action="append", default=[], help="take the published rows from this earlier "
                     "--json (same settings; repeatable) instead of searching again; their seconds are the earlier run's")
     ap.add_argument("--reuse-fast", action="append", default=[], help="the same for the fast rows")
+    ap.add_argument("--no-search", action="store_true", help="search nothing: the table of the reused rows only")
     ap.add_argument("--fast-set", action="append", default=[], metavar="KEY=VALUE",
                     help="change one knob of the fast side (e.g. patience=20; YAML values), to try a setting")
     ap.add_argument("--json", help="also write the results to this file (rewritten after every row)")
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                     row.update({f"{k}_{label}": reuse[label][(mname, s["id"])].get(f"{k}_{label}") for k in _KEYS})
                     row[f"reused_{label}"] = True
                     continue
-                if args.only and args.only != label:
+                if (args.only and args.only != label) or args.no_search:
                     continue
                 t0, c0 = time.perf_counter(), time.process_time()
                 r = adversarial_compression_ratio(model.get() if isinstance(model, _Lazy) else model, target, settings,
@@ -228,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"passes_{label}": r.counts.passes, f"sequences_{label}": r.counts.sequences,
                             f"seconds_{label}": time.perf_counter() - t0, f"cpu_seconds_{label}": time.process_time() - c0,
                             f"prompt_{label}": [x["prompt_tokens"] for x in r.per_seed]})
+            if args.no_search and not any(k.startswith("success_") for k in row):
+                continue
             rows.append(row)
             dump()
             print(_line(row), flush=True)

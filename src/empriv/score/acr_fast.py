@@ -12,8 +12,8 @@ changes how a length is searched:
    the others' (one gradient call for the seeds' prompts, one forward call for all their candidates). A length is
    a success the moment any seed's candidate reproduces the target, and the other seeds stop there: a prompt of
    that length is known, so their search could not raise ACR. A length fails when every seed has given up on it;
-2. **``fast_candidates`` swaps per seed and step** (default 32 where the published budget has 100): smaller batches
-   and more steps, so three seeds cost about what one published seed costs per step;
+2. **``fast_candidates`` swaps per seed and step** (default 64 where the published budget has 100; 32 lost a
+   3-token prompt the published procedure finds, benchmarks/acr.py): smaller batches, more steps;
 3. **success read off the candidate batch** (every candidate's arg-maxes come with its loss): no extra pass per
    step;
 4. **warm starts**: after a success at L, the L prompts with one token deleted are scored in one pass; the seeds
