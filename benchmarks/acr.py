@@ -1,6 +1,9 @@
 """Benchmark: empriv's fast ACR search vs the published ACR procedure, same code, same model, same secrets.
 
-Run:  nice python benchmarks/acr.py [--model models/runs/<run>] [--max-secrets N | --secrets ID,ID] [--synthetic]
+Run:  nice python benchmarks/acr.py [--root DIR] [--model RUN ...] [--max-secrets N | --secrets ID,ID] [--synthetic]
+e.g. (both models of the default's memorisation regime, every secret, 3 search seeds each):
+      OMP_NUM_THREADS=1 nice python benchmarks/acr.py --root /work/cold/final --skip-base \
+        --model models/runs/record/full/epsinf-b32-T200-lr0.01-s0 --model models/runs/record/full/eps64-b32-T200-lr0.01-s0
 
 The peer is the published procedure's defaults (top-k 250, 100 candidates, 200 GCG steps at the
 first length, start length 5, +5 tokens and ×1.2 steps after a failure, −1 after a success, a
@@ -26,8 +29,10 @@ epsinf-…-s0``) and the base model, on ``data/secrets_filtered.jsonl`` (run ``m
 ``--synthetic`` builds its own: tiny GPT-2s trained on the synthetic corpus's secrets with different
 strengths of memorisation, so that some secrets compress and some do not (no pipeline needed).
 
-Exit status 1 if fewer model calls are saved than ``--goal`` (5×; the goal of the issue that set it, on calls)
-or some secret's fast ACR is below the published one.
+Exit status 1 if fewer sequences are saved than ``--goal`` (10×, issue 30; it was 5× on model calls before) or
+some secret's fast ACR is below the published one. The published procedure is deterministic given its seeds, so
+``--reuse-published`` can take its rows from an earlier ``--json`` of the same settings (``--only published`` runs
+just the peer); the printed total says how many rows were reused.
 """
 
 from __future__ import annotations
@@ -46,31 +51,36 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # tiny_models for --synthetic
 
 
-def pipeline_models(model_dir: str | None, max_secrets: int | None, ids: list[str] | None = None):
+def pipeline_models(root: Path, model_dirs: list[str] | None, max_secrets: int | None, ids: list[str] | None = None):
+    """The fine-tuned runs (``--model``, repeatable; default: the ε = ∞ run with most compute) and the base model
+    of a pipeline output tree ``root``, with its string secrets (``data/secrets_filtered.jsonl``)."""
     from empriv.io import read_jsonl
     from empriv.models.adapters import load_finetuned
     from empriv.models.registry import load_model
     from empriv.models.tokenizer import Tokenizer
 
-    runs = sorted((ROOT / "models/runs").glob("epsinf-*-s0")) if model_dir is None else [Path(model_dir)]
-    if not runs or not (ROOT / "data/secrets_filtered.jsonl").exists():
-        raise SystemExit("no pipeline outputs (models/runs/epsinf-*, data/secrets_filtered.jsonl): run `make repro` "
-                         "first or pass --synthetic")
-
     def compute(p: Path) -> int:  # C = b·T from the run name eps…-b{b}-T{T}-…
         m = re.search(r"-b(\d+)-T(\d+)-", p.name)
         return int(m.group(1)) * int(m.group(2)) if m else 0
 
-    run = max(runs, key=compute) if model_dir is None else runs[0]
-    tok = Tokenizer.load(ROOT / "models/tokenizer")
-    secrets = [s for s in read_jsonl(ROOT / "data/secrets_filtered.jsonl") if s.get("kind") != "author_genre"]
+    if model_dirs:
+        runs = [Path(m) if Path(m).is_absolute() else root / m for m in model_dirs]
+    else:
+        found = sorted((root / "models/runs").glob("**/epsinf-*-s0"))
+        runs = [max(found, key=compute)] if found else []
+    if not runs or not (root / "data/secrets_filtered.jsonl").exists():
+        raise SystemExit(f"no pipeline outputs under {root} (models/runs/**/epsinf-*, data/secrets_filtered.jsonl): run "
+                         "`make repro` first, pass --root, or --synthetic")
+    tok = Tokenizer.load(root / "models/tokenizer")
+    secrets = [s for s in read_jsonl(root / "data/secrets_filtered.jsonl") if s.get("kind") != "author_genre"]
     if ids:
         known = {s["id"] for s in secrets}
         if unknown := [i for i in ids if i not in known]:
             raise SystemExit(f"--secrets: unknown id(s) {unknown}; known: {sorted(known)}")
         secrets = [s for s in secrets if s["id"] in ids]
     secrets = secrets[:max_secrets] if max_secrets else secrets
-    models = {run.name: load_finetuned(run, ROOT / "models/base"), "base": load_model(ROOT / "models/base")}
+    models = {run.name: (lambda run=run: load_finetuned(run, root / "models/base")) for run in runs}
+    models["base"] = lambda: load_model(root / "models/base")
     return models, tok, secrets
 
 
@@ -111,81 +121,192 @@ def _shown(res) -> str:
 def _compare(row: dict) -> int:
     """1 if fast found a shorter prompt (higher ACR), 0 if both reached the same outcome, −1 if fast did worse.
 
-    A failed search has no ACR (only a bound): a success beats a failure; two failures of the same schedule are equal."""
+    A failed search has no ACR (only a bound): a success beats a failure; two failures are equal when fast's bound is
+    no looser (it tried lengths at least as long), else fast did worse."""
     a, b = row["acr_fast"], row["acr_published"]
+    if a is None and b is None:
+        return 0 if row["bound_fast"] <= row["bound_published"] + 1e-9 else -1
     if a is None or b is None:
-        return 0 if a is None and b is None else (1 if b is None else -1)
+        return 1 if b is None else -1
     return 0 if abs(a - b) < 1e-9 else (1 if a > b else -1)
+
+
+def _target(s: dict, tok) -> list[int]:
+    """The ids a secret's ACR search targets in the pipeline (its in-context ids where the secrets stage kept them)."""
+    from empriv.score.acr import acr_target_ids
+
+    return acr_target_ids(s, tok)
+
+
+def _reused(paths: list[str], settings, label: str) -> dict:
+    """Rows of earlier runs of this script (``--reuse-published`` / ``--reuse-fast``), keyed by (model, secret), when
+    they were measured with the same settings of that side: each search is deterministic given its seeds."""
+    out = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if label == "published":
+            fast_only = r", (patience|patience_tolerance|fast_candidates)=[^,)]*"  # knobs the published procedure ignores
+            same = re.sub(fast_only, "", data.get("published_settings", "")) == re.sub(fast_only, "", repr(settings))
+        else:
+            same = data.get("fast_settings") == repr(settings)
+        if not same:
+            raise SystemExit(f"--reuse-{label} {path}: measured with other {label} settings")
+        out.update({(r["model"], r["secret"]): r for r in data["rows"] if f"success_{label}" in r})
+    return out
+
+
+_KEYS = ("acr", "success", "bound", "passes", "sequences", "seconds", "cpu_seconds", "prompt")
 
 
 def main(argv: list[str] | None = None) -> int:
     from empriv.score.acr import ACRSettings, adversarial_compression_ratio
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", help="a fine-tuned run directory (default: the pipeline's ε = ∞ run with most compute)")
+    ap.add_argument("--root", default=str(ROOT), help="the pipeline output tree (models/, data/; default: this repository)")
+    ap.add_argument("--model", action="append", help="a fine-tuned run directory, relative to --root or absolute; "
+                    "repeat for several (default: the pipeline's ε = ∞ run with most compute)")
     ap.add_argument("--max-secrets", type=int, default=None)
     ap.add_argument("--secrets", help="comma-separated secret ids of the pipeline (instead of the first N)")
-    ap.add_argument("--skip-base", action="store_true", help="pipeline models: the fine-tuned run only")
+    ap.add_argument("--skip-base", action="store_true", help="pipeline models: the fine-tuned runs only")
     ap.add_argument("--synthetic", action="store_true", help="build tiny models here instead of using pipeline outputs")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier timings on a shared machine)")
-    ap.add_argument("--goal", type=float, default=5.0, help="required ratio of model calls, published / fast")
-    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--goal", type=float, default=10.0, help="required ratio of sequences scored, published / fast")
+    ap.add_argument("--only", choices=("fast", "published"), help="run one strategy (the other's columns stay empty)")
+    ap.add_argument("--reuse-published", action="append", default=[], help="take the published rows from this earlier "
+                    "--json (same settings; repeatable) instead of searching again; their seconds are the earlier run's")
+    ap.add_argument("--reuse-fast", action="append", default=[], help="the same for the fast rows")
+    ap.add_argument("--no-search", action="store_true", help="search nothing: the table of the reused rows only")
+    ap.add_argument("--fast-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="change one knob of the fast side (e.g. patience=20; YAML values), to try a setting")
+    ap.add_argument("--json", help="also write the results to this file (rewritten after every row)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     if args.synthetic:
         models, tok, secrets = synthetic_models(args.max_secrets)
+        target_of = lambda s: tok.encode(s["text"])  # noqa: E731
     else:
-        models, tok, secrets = pipeline_models(args.model, args.max_secrets, args.secrets.split(",") if args.secrets else None)
+        models, tok, secrets = pipeline_models(Path(args.root), args.model, args.max_secrets,
+                                               args.secrets.split(",") if args.secrets else None)
+        target_of = lambda s: _target(s, tok)  # noqa: E731
         if args.skip_base:
             models.pop("base")
     published = ACRSettings(strategy="published")
-    fast = ACRSettings(strategy="fast")
+    import yaml
+
+    fast = ACRSettings(strategy="fast", **{k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.fast_set)})
+    reuse = {"published": _reused(args.reuse_published, published, "published"),
+             "fast": _reused(args.reuse_fast, fast, "fast")}
     print(f"{len(secrets)} secrets × {len(models)} models; peer: published procedure {published}")
-    print(f"{'model':<28}{'secret':<14}{'|s|':>4}{'ACR pub':>9}{'ACR fast':>9}{'seqs pub':>10}{'fast':>9}"
-          f"{'ratio':>7}{'calls pub':>10}{'fast':>7}{'ratio':>7}{'s pub':>8}{'s fast':>8}")
+    print(f"{'model':<28}{'secret':<11}{'|s|':>4}{'ACR pub':>9}{'ACR fast':>9}{'seqs pub':>10}{'fast':>9}"
+          f"{'ratio':>7}{'calls pub':>10}{'fast':>7}{'ratio':>7}{'s pub':>8}{'s fast':>8}  seeds' prompts pub | fast")
     rows = []
+
+    def dump() -> dict:
+        data = {"rows": rows, "primary_cost": "sequences", "published_settings": repr(published),
+                "fast_settings": repr(fast), "argv": sys.argv[1:] if argv is None else argv}
+        if args.json:
+            Path(args.json).write_text(json.dumps(data, indent=1))
+        return data
+
     for mname, model in models.items():
+        if not isinstance(model, torch.nn.Module):  # a loader: load only when some row of it is searched here
+            model = _Lazy(model)
         for s in secrets:
-            target = tok.encode(s["text"])
-            res = {}
+            target = target_of(s)
+            row = {"model": mname, "secret": s["id"], "target_tokens": len(target)}
             for label, settings in (("published", published), ("fast", fast)):
-                t0 = time.perf_counter()
-                r = adversarial_compression_ratio(model, target, settings, key=s["id"])
-                res[label] = (r, time.perf_counter() - t0)
-            (rp, tp), (rf, tf) = res["published"], res["fast"]
-            row = {"model": mname, "secret": s["id"], "target_tokens": len(target), "acr_published": rp.acr,
-                   "acr_fast": rf.acr, "success_published": rp.success, "success_fast": rf.success,
-                   "bound_published": rp.upper_bound, "bound_fast": rf.upper_bound,
-                   "passes_published": rp.counts.passes, "passes_fast": rf.counts.passes,
-                   "sequences_published": rp.counts.sequences, "sequences_fast": rf.counts.sequences,
-                   "seconds_published": tp, "seconds_fast": tf}
+                if (mname, s["id"]) in reuse[label]:
+                    row.update({f"{k}_{label}": reuse[label][(mname, s["id"])].get(f"{k}_{label}") for k in _KEYS})
+                    row[f"reused_{label}"] = True
+                    continue
+                if (args.only and args.only != label) or args.no_search:
+                    continue
+                t0, c0 = time.perf_counter(), time.process_time()
+                r = adversarial_compression_ratio(model.get() if isinstance(model, _Lazy) else model, target, settings,
+                                                  key=s["id"])
+                row.update({f"acr_{label}": r.acr, f"success_{label}": r.success, f"bound_{label}": r.upper_bound,
+                            f"passes_{label}": r.counts.passes, f"sequences_{label}": r.counts.sequences,
+                            f"seconds_{label}": time.perf_counter() - t0, f"cpu_seconds_{label}": time.process_time() - c0,
+                            f"prompt_{label}": [x["prompt_tokens"] for x in r.per_seed]})
+            if args.no_search and not any(k.startswith("success_") for k in row):
+                continue
             rows.append(row)
-            print(f"{mname[:27]:<28}{s['id']:<14}{len(target):>4}{_shown(rp):>9}{_shown(rf):>9}"
-                  f"{rp.counts.sequences:>10}{rf.counts.sequences:>9}{rp.counts.sequences / rf.counts.sequences:>7.1f}"
-                  f"{rp.counts.passes:>10}{rf.counts.passes:>7}{rp.counts.passes / rf.counts.passes:>7.1f}"
-                  f"{tp:>8.1f}{tf:>8.1f}", flush=True)
-    tot = {k: sum(r[k] for r in rows) for k in ("sequences_published", "sequences_fast", "passes_published",
+            dump()
+            print(_line(row), flush=True)
+    return _summary(rows, args, dump)
+
+
+class _Lazy:
+    def __init__(self, load):
+        self.load, self.model = load, None
+
+    def get(self):
+        if self.model is None:
+            self.model = self.load()
+        return self.model
+
+
+def _cell(row: dict, label: str, key: str, fmt: str) -> str:
+    v = row.get(f"{key}_{label}")
+    return "-" if v is None else format(v, fmt)
+
+
+def _line(row: dict) -> str:
+    def acr(label):
+        if f"success_{label}" not in row:
+            return "-"
+        return f"{row[f'acr_{label}']:.3f}" if row[f"success_{label}"] else f"<={row[f'bound_{label}']:.2f}"
+
+    def ratio(key):
+        a, b = row.get(f"{key}_published"), row.get(f"{key}_fast")
+        return f"{a / b:.1f}" if a and b else "-"
+
+    return (f"{row['model'][:27]:<28}{row['secret']:<11}{row['target_tokens']:>4}{acr('published'):>9}{acr('fast'):>9}"
+            f"{_cell(row, 'published', 'sequences', 'd'):>10}{_cell(row, 'fast', 'sequences', 'd'):>9}{ratio('sequences'):>7}"
+            f"{_cell(row, 'published', 'passes', 'd'):>10}{_cell(row, 'fast', 'passes', 'd'):>7}{ratio('passes'):>7}"
+            f"{_cell(row, 'published', 'seconds', '.1f'):>8}{_cell(row, 'fast', 'seconds', '.1f'):>8}"
+            f"  {row.get('prompt_published')} | {row.get('prompt_fast')}")
+
+
+def _summary(rows: list[dict], args, dump) -> int:
+    both = [r for r in rows if "success_published" in r and "success_fast" in r]
+    if not both:
+        dump()
+        print("\none strategy only: no ratio")
+        return 0
+    tot = {k: sum(r[k] for r in both) for k in ("sequences_published", "sequences_fast", "passes_published",
                                                   "passes_fast", "seconds_published", "seconds_fast")}
-    order = [_compare(r) for r in rows]
+    order = [_compare(r) for r in both]
     same, higher = order.count(0), order.count(1)
-    lower = len(rows) - same - higher
+    lower = len(both) - same - higher
     ratio_sequences = tot["sequences_published"] / tot["sequences_fast"]
     ratio = tot["passes_published"] / tot["passes_fast"]
     ratio_seconds = tot["seconds_published"] / tot["seconds_fast"]
+    reused = {label: sum(1 for r in both if r.get(f"reused_{label}")) for label in ("published", "fast")}
     print(f"\ntotal sequences scored (the primary cost): published {tot['sequences_published']}, fast "
           f"{tot['sequences_fast']} → {ratio_sequences:.1f}× fewer")
+    for m in dict.fromkeys(r["model"] for r in both):
+        sub = [r for r in both if r["model"] == m]
+        sp, sf = sum(r["sequences_published"] for r in sub), sum(r["sequences_fast"] for r in sub)
+        print(f"  {m}: published {sp}, fast {sf} → {sp / sf:.1f}×")
     print(f"total model calls: published {tot['passes_published']}, fast {tot['passes_fast']} → {ratio:.1f}× fewer")
     print(f"total wall time: published {tot['seconds_published']:.1f} s, fast {tot['seconds_fast']:.1f} s → "
           f"{ratio_seconds:.1f}× faster "
-          f"(median per secret {statistics.median(r['seconds_published'] / r['seconds_fast'] for r in rows):.1f}×)")
-    print(f"ACR: equal on {same}/{len(rows)}, fast higher (a shorter prompt found) on {higher}, fast lower on {lower}")
+          f"(median per secret {statistics.median(r['seconds_published'] / r['seconds_fast'] for r in both):.1f}×)"
+          + "".join(f"; {reused[k]} {k} rows reused from {getattr(args, 'reuse_' + k)}" for k in reused if reused[k]))
+    cpu = [sum(r.get(f"cpu_seconds_{k}") or 0 for r in both) for k in ("published", "fast")]
+    if all(cpu):
+        print(f"total CPU time of the searching process: published {cpu[0]:.1f} s, fast {cpu[1]:.1f} s → "
+              f"{cpu[0] / cpu[1]:.1f}× less (steadier than wall time on a loaded machine)")
+    print(f"ACR: equal on {same}/{len(both)}, fast higher (a shorter prompt found) on {higher}, fast lower on {lower}")
+    data = dump()
+    data.update({"totals": tot, "ratio_sequences": ratio_sequences, "ratio_passes": ratio,
+                 "ratio_seconds": ratio_seconds, "acr_equal": same, "acr_fast_higher": higher, "acr_fast_lower": lower})
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "totals": tot, "primary_cost": "sequences",
-                                               "ratio_sequences": ratio_sequences, "ratio_passes": ratio,
-                                               "ratio_seconds": ratio_seconds}, indent=1))
-    ok = ratio >= args.goal and lower == 0
-    print("goal (≥ %.0f× fewer model calls, no lower ACR): %s" % (args.goal, "met" if ok else "NOT met"))
+        Path(args.json).write_text(json.dumps(data, indent=1))
+    ok = ratio_sequences >= args.goal and lower == 0
+    print("goal (≥ %.0f× fewer sequences scored, no lower ACR): %s" % (args.goal, "met" if ok else "NOT met"))
     return 0 if ok else 1
 
 

@@ -287,7 +287,7 @@ def test_acr_search_settings_come_from_acr_params_only():
     defaults = ACRParams()
     assert ACRSettings() == settings_from_params(defaults)
     changed = {"top_k": 7, "candidates": 9, "steps": 11, "step_growth": 1.5, "start_length": 2, "grow": 3, "max_length": 9,
-               "seeds": [4, 5], "strategy": "published", "patience": 6, "patience_tolerance": 0.1}
+               "seeds": [4, 5], "strategy": "published", "patience": 6, "patience_tolerance": 0.1, "fast_candidates": 5}
     assert set(changed) == set(SEARCH_FIELDS)
     full = settings_from_params(changed)
     assert full.seeds == (4, 5) and full.strategy == "published"

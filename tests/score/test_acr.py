@@ -289,3 +289,32 @@ def test_the_counts_are_every_model_call_and_every_sequence_it_scored(memorised,
     record = res.record()
     assert (record["acr_forward_calls"], record["acr_backward_calls"], record["acr_sequences"]) == \
         (res.counts.forward_calls, res.counts.backward_calls, res.counts.sequences)
+
+
+def test_fast_length_one_is_searched_exhaustively_and_exactly(memorised, tok):
+    """Fast, length 1: every token of the vocabulary is scored once (when that is within the length's GCG budget),
+    so the outcome is exact — checked against a brute-force teacher-forced pass of our own."""
+    target = tok.encode(SECRET)
+    s = ACRSettings(**{**QUICK, "start_length": 1, "max_length": 3, "seeds": (0,)})
+    res = adversarial_compression_ratio(memorised, target, s, key="secret-00")
+    with torch.no_grad():
+        ids = torch.cat([torch.arange(tok.vocab_size).unsqueeze(1), torch.tensor(target).expand(tok.vocab_size, -1)], 1)
+        works = (memorised(ids).logits[:, : len(target)].argmax(-1) == torch.tensor(target)).all(1)
+    assert res.per_seed[0]["lengths_tried"][0] == ("1+" if bool(works.any()) else "1-")
+    if bool(works.any()):
+        assert res.prompt_tokens == 1 and res.acr == len(target)
+        assert _greedy_reproduces(memorised, [int(works.nonzero()[0])], target)
+
+
+def test_fast_seeds_search_one_schedule_as_a_population(memorised, tok):
+    """Fast: one length schedule for all seeds; a length is won by one seed (the others stop there), so every seed
+    shows the same lengths, ACR comes from the shortest length any seed won, and the prompt found is verified."""
+    target = tok.encode(SECRET)
+    res = adversarial_compression_ratio(memorised, target, ACRSettings(**{**QUICK, "seeds": (0, 1, 2)}), key="secret-00")
+    assert res.success
+    assert len({tuple(r["lengths_tried"]) for r in res.per_seed}) == 1
+    won = [int(x[:-1]) for x in res.per_seed[0]["lengths_tried"] if x.endswith("+")]
+    assert res.prompt_tokens == min(won) == min(r["prompt_tokens"] for r in res.per_seed if r["prompt_tokens"])
+    assert res.acr == pytest.approx(len(target) / min(won))
+    # the schedule stops once the length one below the shortest success has failed (or the success is at length 1)
+    assert min(won) == 1 or f"{min(won) - 1}-" in res.per_seed[0]["lengths_tried"]

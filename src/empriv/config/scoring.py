@@ -38,6 +38,7 @@ class ACRParams(_Section):
     seeds: list[int] = Field([0, 1, 2], min_length=1)
     patience: int | None = Field(40, ge=1)
     patience_tolerance: float = Field(0.02, ge=0.0, lt=1.0)
+    fast_candidates: int | None = Field(64, ge=1)  # fast only: swaps per seed per step (null: candidates)
 
     @field_validator("epsilons", mode="before")
     @classmethod

@@ -79,7 +79,8 @@ def run_acr(model, tokenizer, secrets: list[dict], rows: list[dict], acr_params,
               "candidates": settings.candidates, "steps": settings.steps, "step_growth": settings.step_growth,
               "start_length": settings.start_length, "grow": settings.grow, "max_length": settings.max_length,
               "seeds": list(settings.seeds), "patience": settings.patience,
-              "patience_tolerance": settings.patience_tolerance, "lengths": "tokens"}
+              "patience_tolerance": settings.patience_tolerance, "fast_candidates": settings.fast_candidates,
+              "lengths": "tokens"}
     if not chosen:
         record["why_not"] = ("score.acr.enabled is false" if not acr_params.enabled else
                              "no string (Enron-like) secrets" if not acr_secrets(secrets, acr_params) else

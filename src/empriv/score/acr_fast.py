@@ -1,0 +1,106 @@
+"""The ``fast`` ACR strategy: the search seeds as one population over one MiniPrompt length schedule.
+
+The published procedure runs each search seed's schedule in full, from random tokens at every length, and ACR is
+the maximum over seeds. Most of that cost is spent where nothing is found: a length that fails runs its whole step
+budget, once per seed, and the last failure (one token below the shortest success) is paid by every seed even when
+another seed already knows a shorter prompt. The fast strategy keeps the schedule's rule and its stopping
+criteria (start at ``start_length``; −1 after a success, +``grow`` and × ``step_growth`` steps after a failure; stop
+when the next length reaches the shortest success or falls to the longest failure, or passes ``max_length``), and
+changes how a length is searched:
+
+1. **one schedule for all seeds**: every seed searches the same length at the same time, its GCG step batched with
+   the others' (one gradient call for the seeds' prompts, one forward call for all their candidates). A length is
+   a success the moment any seed's candidate reproduces the target, and the other seeds stop there: a prompt of
+   that length is known, so their search could not raise ACR. A length fails when every seed has given up on it;
+2. **``fast_candidates`` swaps per seed and step** (default 64 where the published budget has 100; 32 lost a
+   3-token prompt the published procedure finds, benchmarks/acr.py): smaller batches, more steps;
+3. **success read off the candidate batch** (every candidate's arg-maxes come with its loss): no extra pass per
+   step;
+4. **warm starts**: after a success at L, the L prompts with one token deleted are scored in one pass; the seeds
+   start L − 1 from the best distinct ones (a deletion that already reproduces the target makes L − 1 a success at
+   the cost of that pass). After a failure each seed keeps its best prompt, with new random tokens in front;
+5. **patience**: a length is abandoned by a seed after ``patience`` steps in which its best loss did not improve by
+   ``patience_tolerance`` (relative) since the patience last restarted;
+6. **length 1 is searched exhaustively** when the vocabulary is no larger than that length's GCG budget (seeds ×
+   steps × swaps): every one-token prompt is scored, so a one-token prompt is found if one exists, and a failure
+   there is exact;
+7. duplicate candidates (and the current prompt) are not scored again.
+
+A success is always a prompt whose greedy continuation under teacher forcing is the target, checked on the model's
+own arg-maxes; a length that fails stays a failure, and the bound of a failed search follows from the longest
+length tried, as in :mod:`empriv.score.acr`. The per-seed records say which seed found which length
+(``prompt_tokens`` None for a seed that never won one) and the lengths searched (``+`` a success, ``-`` a failure).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from empriv.score.gcg import ACRSettings, _LengthSearch, _Member, _Objective, _random_prompt, _seed_of
+
+
+def _deletions(obj: _Objective, prompt: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """Up to ``k`` distinct prompts with one token of ``prompt`` deleted, best first (one that reproduces the target
+    first, then by loss); all deletions scored in one pass."""
+    L = prompt.shape[0]
+    keep = ~torch.eye(L, dtype=torch.bool, device=prompt.device)
+    shorter = torch.unique(prompt.unsqueeze(0).expand(L, -1)[keep].view(L, L - 1), dim=0)
+    losses, matches = obj.evaluate(shorter)
+    order = torch.where(matches, torch.full_like(losses, -math.inf), losses).argsort()
+    return [shorter[int(i)] for i in order[:k]]
+
+
+def _exhaustive_first_token(obj: _Objective) -> tuple[bool, torch.Tensor, float]:
+    """Every one-token prompt scored: (found, the best one — a reproducing one if any — its loss)."""
+    prompts = torch.arange(obj.embed.shape[0], device=obj.device).unsqueeze(1)
+    losses, matches = obj.evaluate(prompts)
+    i = int(torch.where(matches, losses, torch.full_like(losses, math.inf)).argmin()) if bool(matches.any()) \
+        else int(losses.argmin())
+    return bool(matches[i]), prompts[i], float(losses[i])
+
+
+def search_population(obj: _Objective, s: ACRSettings, key: str, search: _LengthSearch) -> list[dict]:
+    """The fast strategy's search: one length schedule, the seeds as its population; a record per seed."""
+    seeds = list(s.seeds)
+    gens = {seed: torch.Generator().manual_seed(_seed_of(seed, key)) for seed in seeds}
+    vocab = obj.embed.shape[0]
+    swaps = s.fast_candidates or s.candidates
+    running_max, running_min = s.max_length, 0
+    n, steps = s.start_length, s.steps
+    starts = {seed: _random_prompt(n, vocab, gens[seed], obj.device) for seed in seeds}
+    tried: list[tuple[int, bool]] = []
+    found: dict[int, int] = {}  # seed → shortest length it won
+    while True:
+        obj.check_length(n)
+        if n == 1 and vocab <= len(seeds) * steps * swaps:
+            ok, prompt, _ = _exhaustive_first_token(obj)
+            winner = seeds[0] if ok else None
+            bests = {seed: prompt for seed in seeds}
+        else:
+            members = {seed: _Member(starts[seed], steps, gens[seed], candidates=swaps) for seed in seeds}
+            results = dict(zip(seeds, search.run_batch(list(members.values()), first_success_stops=True)))
+            winners = [seed for seed in seeds if results[seed][0]]
+            winner = min(winners, key=lambda seed: results[seed][2]) if winners else None
+            ok, prompt = winner is not None, results[winner][1] if winners else None
+            bests = {seed: results[seed][1] for seed in seeds}
+        tried.append((n, ok))
+        if ok:
+            found.setdefault(winner, n)
+            found[winner] = min(found[winner], n)
+            running_max, new_n = n, n - 1
+            if new_n >= 1 and new_n > running_min:
+                warm = _deletions(obj, prompt, len(seeds))
+                starts = {seed: warm[j % len(warm)].clone() for j, seed in enumerate(seeds)}
+        else:
+            running_min, new_n = n, n + s.grow
+            steps = int(steps * s.step_growth)
+            starts = {seed: torch.cat([_random_prompt(new_n - n, vocab, gens[seed], obj.device), bests[seed]])
+                      for seed in seeds}
+        if new_n >= running_max or new_n <= running_min or new_n > s.max_length:
+            break
+        n = new_n
+    lengths = [f"{m}{'+' if ok else '-'}" for m, ok in tried]
+    return [{"seed": seed, "prompt_tokens": found.get(seed), "lengths_tried": lengths,
+             "longest_tried": max(m for m, _ in tried)} for seed in seeds]

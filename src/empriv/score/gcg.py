@@ -1,0 +1,258 @@
+"""The GCG machinery of the ACR search, shared by both strategies (:mod:`empriv.score.acr` runs the published
+procedure, :mod:`empriv.score.acr_fast` the fast one): the search settings, the objective and its candidate swaps,
+one length's search state, the model-pass counts, random prompts and per-secret seeds."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from empriv.config import ACRParams, parse_section
+
+def _acr_default(name: str):
+    value = ACRParams.model_fields[name].get_default(call_default_factory=True)
+    return tuple(value) if isinstance(value, list) else value
+
+@dataclass(frozen=True)
+class ACRSettings:
+    """The knobs of the search: the search fields of ``score.acr``.
+
+    :class:`empriv.config.ACRParams` is their one definition — defaults, valid ranges and documentation; this is a
+    hashable view of those fields for the search. Build it from params with :func:`settings_from_params`; built
+    directly (tests, benchmarks), the fields not given take ACRParams' defaults and every value is validated by
+    ACRParams (a ``ConfigError`` naming the key).
+    """
+
+    top_k: int = _acr_default("top_k")
+    candidates: int = _acr_default("candidates")
+    steps: int = _acr_default("steps")  # GCG steps at the first length tried
+    step_growth: float = _acr_default("step_growth")  # steps × this after each failure (published rule)
+    start_length: int = _acr_default("start_length")
+    grow: int = _acr_default("grow")
+    max_length: int = _acr_default("max_length")
+    seeds: tuple[int, ...] = _acr_default("seeds")
+    strategy: Literal["fast", "published"] = _acr_default("strategy")
+    patience: int | None = _acr_default("patience")  # fast only: steps without a real improvement before giving up a length
+    patience_tolerance: float = _acr_default("patience_tolerance")  # fast only: the relative improvement that resets patience
+    fast_candidates: int | None = _acr_default("fast_candidates")  # fast only: swaps per seed per step (None: candidates)
+
+    def __post_init__(self):
+        object.__setattr__(self, "seeds", tuple(self.seeds))
+        values = {name: getattr(self, name) for name in SEARCH_FIELDS}
+        parse_section(ACRParams, {**values, "seeds": list(self.seeds)}, "score.acr")
+
+SEARCH_FIELDS = tuple(ACRSettings.__dataclass_fields__)
+
+@dataclass
+class PassCount:
+    forward_calls: int = 0
+    backward_calls: int = 0
+    sequences: int = 0  # rows pushed through the model (a candidate batch of 100 counts 100)
+
+    @property
+    def passes(self) -> int:
+        """Model calls: batched forward calls + backward calls (a gradient step counts 2)."""
+        return self.forward_calls + self.backward_calls
+
+    def add(self, other: "PassCount") -> None:
+        self.forward_calls += other.forward_calls
+        self.backward_calls += other.backward_calls
+        self.sequences += other.sequences
+
+class _Objective:
+    """The target loss of prompts for one (model, target) pair, counting every model call."""
+
+    def __init__(self, model, target: Sequence[int], counts: PassCount):
+        self.model = model
+        self.counts = counts
+        self.embed = model.get_input_embeddings().weight
+        self.device = self.embed.device
+        self.target = torch.tensor(list(target), dtype=torch.long, device=self.device)
+        self.n = len(target)
+        limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+        self.limit = limit
+        # Only the n positions that predict the target need the output layer (its vocabulary-sized matmul is
+        # most of a small model's cost): transformers is given those positions, so the logits come back as a
+        # contiguous [B, n, V] (a slice of n + 1 kept positions would be copied again by every reshape after it).
+        self.keep = _accepts_logits_to_keep(model)
+
+    def _target_logits(self, L: int, **inputs) -> torch.Tensor:
+        """Logits [B, n, V] at the positions L-1 … L+n-2 (each predicts one target token)."""
+        if self.keep:
+            positions = torch.arange(L - 1, L - 1 + self.n, device=self.device)
+            return self.model(**inputs, use_cache=False, logits_to_keep=positions).logits
+        return self.model(**inputs, use_cache=False).logits[:, L - 1 : L - 1 + self.n]
+
+    def check_length(self, prompt_len: int) -> None:
+        if self.limit is not None and prompt_len + self.n > self.limit:
+            raise ValueError(f"an ACR prompt of {prompt_len} tokens plus the {self.n}-token target exceeds the model's "
+                             f"{self.limit} positions: lower score.acr.max_length or score longer-window models")
+
+    def _losses(self, logits: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy of the target per row ([B, n, V] → [B]). Over [B·n, V] rows: the same values as
+        the class-dimension-1 form on [B, V, n] up to float rounding (~1e-6), ~7× faster on the CPU (contiguous
+        rows; the transposed layout made this the largest single cost of a tiny model's ACR search)."""
+        B, n, V = logits.shape
+        return F.cross_entropy(logits.reshape(B * n, V).float(), self.target.repeat(B),
+                               reduction="none").view(B, n).mean(1)
+
+    @torch.no_grad()
+    def evaluate(self, prompts: torch.Tensor, batch: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss [B], exact greedy match [B]) of prompts [B, L]."""
+        L = prompts.shape[1]
+        losses, matches = [], []
+        for start in range(0, prompts.shape[0], batch):
+            p = prompts[start : start + batch]
+            ids = torch.cat([p, self.target.expand(p.shape[0], -1)], dim=1)
+            logits = self._target_logits(L, input_ids=ids)
+            self.counts.forward_calls += 1
+            self.counts.sequences += p.shape[0]
+            losses.append(self._losses(logits))
+            matches.append((logits.argmax(-1) == self.target).all(1))
+        return torch.cat(losses), torch.cat(matches)
+
+    def gradients(self, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(∂loss/∂one-hot [B, L, V], loss [B], exact match [B]) at prompts [B, L]: one forward and one
+        backward call for the whole batch (rows do not interact, so each row's gradient is its own)."""
+        B, L = prompts.shape
+        one_hot = F.one_hot(prompts, self.embed.shape[0]).to(self.embed.dtype).requires_grad_(True)
+        x = torch.cat([one_hot @ self.embed, self.embed[self.target].detach().expand(B, -1, -1)], dim=1)
+        logits = self._target_logits(L, inputs_embeds=x)
+        losses = self._losses(logits)
+        (grad,) = torch.autograd.grad(losses.sum(), one_hot)
+        self.counts.forward_calls += 1
+        self.counts.backward_calls += 1
+        self.counts.sequences += B
+        matches = (logits.detach().argmax(-1) == self.target).all(1)
+        return grad, losses.detach(), matches
+
+def _accepts_logits_to_keep(model) -> bool:
+    import inspect
+
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+def _candidates(prompt: torch.Tensor, grad: torch.Tensor, top_k: int, n: int, gen: torch.Generator,
+                dedupe: bool) -> torch.Tensor:
+    """``n`` single-token swaps of ``prompt``: position uniform, token uniform among the position's top-k."""
+    L, V = grad.shape
+    k = min(top_k, V)
+    top = (-grad).topk(k, dim=1).indices.cpu()  # [L, k]
+    pos = torch.randint(0, L, (n,), generator=gen)
+    tok = top[pos, torch.randint(0, k, (n,), generator=gen)]
+    cands = prompt.cpu().repeat(n, 1)
+    cands[torch.arange(n), pos] = tok
+    if dedupe:
+        cands = torch.unique(cands, dim=0)  # sorted, so order no longer depends on sampling order
+        cands = cands[(cands != prompt.cpu()).any(1)]
+    return cands.to(prompt.device)
+
+@dataclass
+class _Member:
+    """One search seed's GCG at one prompt length (state of a batched length search)."""
+
+    prompt: torch.Tensor
+    steps: int
+    gen: torch.Generator
+    best_prompt: torch.Tensor | None = None
+    best_loss: float = math.inf
+    loss_at_reset: float = math.inf
+    since_best: int = 0
+    step: int = 0
+    result: tuple[bool, torch.Tensor, float] | None = None
+    candidates: int | None = None  # swaps scored per step (None: settings.candidates)
+
+class _LengthSearch:
+    """GCG at one prompt length for one or several seeds at once; each gets (success, best prompt, best loss).
+
+    Fast strategy: the seeds searching the same length share one gradient call (a batch of prompts) and one
+    candidate forward call (every seed's candidates together). Published strategy: one seed per call."""
+
+    def __init__(self, obj: _Objective, s: ACRSettings, bar=None):
+        self.obj, self.s, self.bar = obj, s, bar
+
+    def run(self, prompt: torch.Tensor, steps: int, gen: torch.Generator) -> tuple[bool, torch.Tensor, float]:
+        return self.run_batch([_Member(prompt, steps, gen)])[0]
+
+    def run_batch(self, members: list[_Member], first_success_stops: bool = False) -> list[tuple[bool, torch.Tensor, float]]:
+        """Every member's (success, prompt, loss); with ``first_success_stops`` the others end (unsuccessful, with
+        their best so far) as soon as one member succeeds."""
+        fast = self.s.strategy == "fast"
+        active = [m for m in members if m.steps > 0]
+        for m in members:
+            if m.steps <= 0:
+                m.result = (False, m.prompt, math.inf)
+        while active:
+            grads, glosses, gmatches = self.obj.gradients(torch.stack([m.prompt for m in active]))
+            batch: list[tuple[_Member, torch.Tensor]] = []
+            for j, m in enumerate(active):
+                if bool(gmatches[j]):  # the current prompt already works (a warm start)
+                    m.result = (True, m.prompt, float(glosses[j]))
+                    continue
+                if m.best_prompt is None:  # the start prompt; later this prompt is the last kept candidate
+                    m.best_prompt, m.best_loss, m.loss_at_reset = m.prompt.clone(), float(glosses[j]), float(glosses[j])
+                cands = _candidates(m.prompt, grads[j], self.s.top_k, m.candidates or self.s.candidates, m.gen, dedupe=fast)
+                if cands.shape[0] == 0:
+                    m.result = (False, m.best_prompt, m.best_loss)
+                    continue
+                batch.append((m, cands))
+            if not batch or (first_success_stops and any(m.result is not None and m.result[0] for m in members)):
+                break
+            losses, matches = self.obj.evaluate(torch.cat([c for _, c in batch]))
+            still, start = [], 0
+            for m, cands in batch:
+                sl = slice(start, start + cands.shape[0])
+                start += cands.shape[0]
+                if self._step(m, cands, losses[sl], matches[sl], fast):
+                    still.append(m)
+            active = still
+            if first_success_stops and any(m.result is not None and m.result[0] for m in members):
+                break
+        for m in members:
+            if m.result is None:  # cut short: another member succeeded
+                m.result = (False, m.best_prompt if m.best_prompt is not None else m.prompt, m.best_loss)
+        return [m.result for m in members]
+
+    def _step(self, m: _Member, cands, losses, matches, fast: bool) -> bool:
+        """Apply one GCG step's candidate scores to ``m``; False once its search at this length is over."""
+        if fast and bool(matches.any()):  # success read off the batch itself
+            i = int(torch.where(matches, losses, torch.full_like(losses, math.inf)).argmin())
+            m.result = (True, cands[i], float(losses[i]))
+            return False
+        i = int(losses.argmin())
+        m.prompt = cands[i]  # GCG keeps the batch's best even when it is worse than the current prompt
+        if not fast:  # published: a separate pass checks the kept prompt
+            l1, m1 = self.obj.evaluate(m.prompt.unsqueeze(0))
+            if bool(m1[0]):
+                m.result = (True, m.prompt, float(l1[0]))
+                return False
+        new_loss = float(losses[i])
+        m.since_best += 1
+        if new_loss < m.best_loss - 1e-9:
+            m.best_prompt, m.best_loss = m.prompt.clone(), new_loss
+            # patience restarts only on a real improvement: by patience_tolerance of the loss at the last restart
+            if new_loss < m.loss_at_reset * (1.0 - self.s.patience_tolerance) - 1e-9:
+                m.loss_at_reset, m.since_best = new_loss, 0
+        m.step += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(len=m.prompt.shape[0], loss=f"{m.best_loss:.3f}", refresh=False)
+        if m.step >= m.steps or (fast and self.s.patience is not None and m.since_best >= self.s.patience):
+            m.result = (False, m.best_prompt, m.best_loss)
+            return False
+        return True
+
+def _random_prompt(length: int, vocab: int, gen: torch.Generator, device) -> torch.Tensor:
+    return torch.randint(0, vocab, (length,), generator=gen).to(device)
+
+def _seed_of(seed: int, key: str) -> int:
+    import zlib
+
+    return (seed * 1_000_003 + zlib.crc32(key.encode())) % (2**63)
