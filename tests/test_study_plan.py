@@ -127,8 +127,8 @@ def test_study_plan_of_a_bad_preset_is_one_error_line(tmp_path):
 
 # ----------------------------------------------------------------------------- the estimate's inputs
 def test_the_cpu_step_and_dp_overheads_are_the_stored_measurement():
-    text = (ROOT / "benchmarks" / "results" / "dp_step.txt").read_text()
-    assert "benchmarks/dp_step.py --repeats 7 --steps 2 --smollm" in text and "dp_step.txt" in CPU_STEP["source"]
+    text = (ROOT / "benchmarks" / "results" / "dp_step_2026-11-25.txt").read_text()
+    assert "benchmarks/dp_step.py --repeats 7 --steps 2 --smollm" in text and "dp_step_2026-11-25.txt" in CPU_STEP["source"]
     rows = {(f[0], f[1]): f for f in (line.split() for line in text.splitlines()) if len(f) > 9 and f[2].isdigit()}
     tiny_full, smollm_lora = rows[("tiny-gpt2", "full")], rows[("smollm2-135m", "lora")]
     assert float(tiny_full[3]) == CPU_STEP["seconds_nonprivate"] and int(tiny_full[2]) * 64 == CPU_STEP["tokens"]

@@ -6,7 +6,7 @@ Nothing here was measured on a GPU (the project has none). The estimate is arith
   filling the window: an upper bound, since the DP step trims padding). k = 6 for full fine-tuning (forward 2N,
   backward 4N), k = 4 for LoRA and the other adaptations (the frozen weights need no weight gradient). A private
   step costs more: the per-example gradients and clipping, measured on this machine by ``benchmarks/dp_step.py``
-  as empriv's DP step over the non-private step on the same batch (``benchmarks/results/dp_step.txt``, column
+  as empriv's DP step over the non-private step on the same batch (``benchmarks/results/dp_step_2026-11-25.txt``, column
   empriv/np: ×1.76 full fine-tuning of the tiny GPT-2, ×1.01 LoRA on SmolLM2-135M — the opacus path; the fast step
   that ``train.dp_step: auto`` picks where it supports every module measured ×1.15 and ×0.92, so these are the
   conservative figures). Attention's seq_len² term is left out (~2 % at seq_len 128).
@@ -17,7 +17,7 @@ Nothing here was measured on a GPU (the project has none). The estimate is arith
   research's own measurement implies — on average 1,100 s per secret for GPT-2-S and 5,300 s for GPT-2-L on an H100
   (its appendix G) against the FLOPs of a search that fails at every length (below) for a 50-token secret: 10 %
   and 13 % (6-7 % with its secrets' ~20 tokens; an average over searches that also succeed: ±2×).
-- **The CPU measurement** (:data:`CPU_STEP`, the stored ``dp_step.txt`` row and the command that made it): the
+- **The CPU measurement** (:data:`CPU_STEP`, the stored ``dp_step_2026-11-25.txt`` row and the command that made it): the
   non-private step of the tiny GPT-2 converted with the same 6 · N · tokens into the FLOP/s this machine achieves;
   it is printed as the check of the FLOP model and as what the study would take here — it does not enter the GPU
   hours, which depend only on FLOPs and the GPU rate.
@@ -116,13 +116,13 @@ GPUS = {"A100": GPU("A100", 312e12, 19.5e12, 80.0), "H100": GPU("H100", 989e12, 
 TRAIN_UTILISATION = 0.35
 SEARCH_UTILISATION = 0.10  # of the fp32 peak: ACR (GCG) and sampled generation, latency-bound (module docstring)
 
-# benchmarks/results/dp_step.txt, made by `OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py --repeats 7 --steps 2
+# benchmarks/results/dp_step_2026-11-25.txt, made by `OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py --repeats 7 --steps 2
 # --smollm` (2026-11-25, this 2-core machine, 1 torch thread): median seconds per step of 64 records x 64 tokens.
 CPU_STEP = {"model": "tiny-gpt2 (2 layers x 64, vocabulary 2048, 64 positions)", "params": 235_264,
             "tokens": 64 * 64, "seconds_nonprivate": 0.1444,
-            "source": "benchmarks/results/dp_step.txt (OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py "
+            "source": "benchmarks/results/dp_step_2026-11-25.txt (OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py "
                       "--repeats 7 --steps 2 --smollm)"}
-DP_OVERHEAD = {"full": 1.76, "adapter": 1.01}  # empriv DP step / non-private step (dp_step.txt: tiny full; SmolLM2 LoRA)
+DP_OVERHEAD = {"full": 1.76, "adapter": 1.01}  # empriv DP step / non-private step (dp_step_2026-11-25.txt: tiny full; SmolLM2 LoRA)
 
 # The research's secret counts (appendix B.6), for filters that have not run yet.
 ENRON_MINED, ENRON_KEPT = 69, 13
