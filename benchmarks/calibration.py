@@ -188,7 +188,7 @@ def _dpa_calibrator():
             if self._mechanism is None:
                 return 0.0
             sigma, q, steps = self._mechanism
-            return prv.epsilon(sigma, q, steps, target_delta)
+            return prv.epsilon_dp_sgd(sigma, q, steps, target_delta)
 
     def calibrate(eps, delta, q, steps, tolerance=1e-3):
         guess = _analytic_guess(eps, delta, q, steps)

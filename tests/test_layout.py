@@ -82,7 +82,7 @@ COVERED_ELSEWHERE = {
     "empriv.privacy.accountants.pld": ("tests/privacy/test_prv_numerics.py", 'empriv.privacy.accountants'),
     "empriv.privacy.accountants.prv": ("tests/privacy/test_accounting.py", 'empriv.privacy.accounting'),
     "empriv.privacy.accountants.rdp": ("tests/privacy/test_prv_numerics.py", 'empriv.privacy.accountants'),
-    "empriv.privacy.checks": ("tests/privacy/test_user_level_cli.py", 'empriv.privacy.cli'),
+    "empriv.privacy.checks": ("tests/privacy/test_prv_numerics.py", "empriv.privacy.calibration"),
     "empriv.privacy.cli": ("tests/privacy/test_user_level_cli.py", None),
     "empriv.privacy.errors": ("tests/privacy/test_accounting.py", 'empriv.privacy.accounting'),
     "empriv.privacy.forward": ("tests/privacy/test_cache.py", None),

@@ -27,11 +27,11 @@ def _round_trip(eps, q, steps, pld_grid=None):
     assert verify_calibration(cal, TOL) is None  # and σ is the smallest to the tolerance
     # PRV (our implementation) and PLD (dp-accounting) are independent: they agree at the calibrated σ
     if cal.accountant == "prv":
-        other = ACCOUNTANTS["pld"].epsilon(cal.noise_multiplier, q, steps, DELTA, vdi=pld_grid)
+        other = ACCOUNTANTS["pld"].epsilon_dp_sgd(cal.noise_multiplier, q, steps, DELTA, vdi=pld_grid)
         assert other == pytest.approx(forward, rel=2e-3)
     else:  # PLD answered because PRV's grid is too large here (q = 1e-3, T = 10^4): RDP's looser bound sits above
         assert cal.fallback_reason.startswith("prv failed: prv accountant:")
-        assert forward < ACCOUNTANTS["rdp"].epsilon(cal.noise_multiplier, q, steps, DELTA) < 1.5 * forward
+        assert forward < ACCOUNTANTS["rdp"].epsilon_dp_sgd(cal.noise_multiplier, q, steps, DELTA) < 1.5 * forward
     return cal
 
 
@@ -84,20 +84,20 @@ def test_tiny_noise_multiplier_is_refused_before_allocating():
     assert "\n" not in msg
     assert peak < 64 * 2**20
     with pytest.raises(AccountingError, match="quadrature would need"):
-        ACCOUNTANTS["prv"].epsilon(1e-3, 0.05, 100, 1e-5)
+        ACCOUNTANTS["prv"].epsilon_dp_sgd(1e-3, 0.05, 100, 1e-5)
 
 
 def test_prv_refuses_a_domain_beyond_float64_instead_of_reporting_709():
     # σ = 0.05 at q = 0.05, T = 100 has ε in the thousands (RDP bound ~1.9e4): PRV's grid would overflow exp()
     with pytest.raises(AccountingError, match=r"half-width .* \(> 700, the float64 exponent range\)"):
-        ACCOUNTANTS["prv"].epsilon(0.05, 0.05, 100, 1e-5)
-    assert ACCOUNTANTS["rdp"].epsilon(0.05, 0.05, 100, 1e-5) > 1e4
+        ACCOUNTANTS["prv"].epsilon_dp_sgd(0.05, 0.05, 100, 1e-5)
+    assert ACCOUNTANTS["rdp"].epsilon_dp_sgd(0.05, 0.05, 100, 1e-5) > 1e4
 
 
 def test_pld_refuses_a_composition_beyond_the_memory_limit():
     # one step at a coarse grid is small (~1.5e5 points); its 10^4-fold composition would be ~5e7 points
     with pytest.raises(AccountingError, match=r"pld accountant: the 10000-fold composition would need .* GiB"):
-        ACCOUNTANTS["pld"].epsilon(0.1, 0.5, 10_000, 1e-5, vdi=1e-3)
+        ACCOUNTANTS["pld"].epsilon_dp_sgd(0.1, 0.5, 10_000, 1e-5, vdi=1e-3)
 
 
 def test_a_probe_the_accountant_cannot_answer_does_not_decide_the_accountant():
@@ -129,4 +129,4 @@ def test_the_default_cube_calibrates_with_prv_at_eps_64():
     cal = calibrate_noise_multiplier(64.0, n ** -1.1, 32 / n, 200, tolerance=TOL)
     assert cal.accountant == "prv" and cal.fallback_reason is None
     assert verify_calibration(cal, TOL) is None
-    assert ACCOUNTANTS["pld"].epsilon(cal.noise_multiplier, 32 / n, 200, n ** -1.1) == pytest.approx(cal.epsilon, rel=2e-3)
+    assert ACCOUNTANTS["pld"].epsilon_dp_sgd(cal.noise_multiplier, 32 / n, 200, n ** -1.1) == pytest.approx(cal.epsilon, rel=2e-3)

@@ -119,7 +119,7 @@ def test_search_on_the_rdp_accountant_against_brute_force():
 
     rdp = ACCOUNTANTS["rdp"]
     q, steps, delta, target = 0.01, 300, 1e-5, 2.0
-    eps_fn = lambda s: rdp.epsilon(s, q, steps, delta)  # noqa: E731
+    eps_fn = lambda s: rdp.epsilon_dp_sgd(s, q, steps, delta)  # noqa: E731
     sigma, eps, _, _ = _solve_smallest_sigma(eps_fn, target, 1e-3, 0.9)
     grid = np.exp(np.linspace(math.log(sigma) - 0.01, math.log(sigma) + 0.01, 401))
     first_ok = next(s for s in grid if eps_fn(s) <= target)

@@ -1,4 +1,4 @@
-"""Privacy accounting for DP fine-tuning (see docs/privacy.md).
+"""Privacy accounting for DP fine-tuning (see docs/accounting.md).
 
 Importing this package is cheap: numerical libraries are imported lazily.
 """

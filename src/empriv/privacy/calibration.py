@@ -14,10 +14,9 @@ import math
 import os
 from dataclasses import dataclass
 
-from empriv.privacy.accountants import ACCOUNTANT_NAMES, ACCOUNTANTS, Accountant
+from empriv.privacy.accountants import ACCOUNTANT_NAMES, ACCOUNTANTS, Accountant, check_accountant_name
 from empriv.privacy.cache import CalibrationCache, code_versions, entry_key
 from empriv.privacy.checks import (
-    _check_accountant,
     _check_delta,
     _check_epsilon,
     _check_sample_rate,
@@ -25,6 +24,7 @@ from empriv.privacy.checks import (
     _check_tolerance,
 )
 from empriv.privacy.errors import AccountingError
+from empriv.privacy.events import dp_sgd_event
 from empriv.privacy.forward import with_fallback
 from empriv.privacy.search import _analytic_guess, _solve_smallest_sigma
 
@@ -51,14 +51,19 @@ class Calibration:
         return dataclasses.asdict(self)
 
 
-def _calibrate_with(acc: Accountant, target, delta, q, steps, tol) -> tuple[float, float]:
+def _calibrate_with(acc: Accountant, target, delta, q, steps, tol, family=None) -> tuple[float, float]:
+    """Smallest σ whose event ``family(σ)`` has ε <= target at δ under ``acc`` (root finder of
+    :mod:`empriv.privacy.search`). ``family``: σ → DpEvent, by default DP-SGD's σ → T-fold Poisson-subsampled
+    Gaussian (σ, q); the accountant's ``locate`` starts the search from the DP-SGD family's root."""
+    if family is None:
+        family = lambda s: dp_sgd_event(s, q, steps)  # noqa: E731
     loc = acc.locate(target, delta, q, steps, tol)
     if loc is None:
         guess, slope, precise = _analytic_guess(target, delta, q, steps), -1.5, False
     else:
         (guess, slope), precise = loc, True
     sigma, eps, _, _ = _solve_smallest_sigma(
-        lambda s: acc.epsilon(s, q, steps, delta), target, tol, guess,
+        lambda s: acc.epsilon(family(s), delta), target, tol, guess,
         slope=slope, precise=precise,
     )
     return sigma, eps
@@ -87,15 +92,19 @@ def verify_calibration(cal: Calibration, tolerance: float) -> str | None:
     if sigma <= 0:
         return f"noise_multiplier {sigma!r} is not > 0"
     acc = ACCOUNTANTS[cal.accountant]
-    target, args = cal.target_epsilon, (cal.sample_rate, cal.steps, cal.delta)
+    target = cal.target_epsilon
+    try:  # the event at σ and at σ / (1 + tolerance)
+        at, below = (dp_sgd_event(s, cal.sample_rate, cal.steps) for s in (sigma, sigma / (1 + tolerance)))
+    except ValueError as exc:
+        return f"it does not describe T-fold Poisson-subsampled Gaussian ({exc})"
     try:
-        eps = acc.epsilon(sigma, *args)
+        eps = acc.epsilon(at, cal.delta)
         if eps > target * (1 + 1e-12):
             return (f"noise_multiplier {sigma:g} gives epsilon {eps:.6g} under {cal.accountant}, "
                     f"above the target {target:g}")
         if not math.isclose(eps, cal.epsilon, rel_tol=1e-6, abs_tol=1e-9):
             return f"recorded epsilon {cal.epsilon!r} differs from the recomputed {eps:.6g}"
-        smaller = acc.epsilon(sigma / (1 + tolerance), *args)
+        smaller = acc.epsilon(below, cal.delta)
     except AccountingError as exc:
         return f"{cal.accountant} cannot re-account it ({exc})"
     if not smaller > target:
@@ -177,7 +186,7 @@ def calibrate_noise_multiplier(
     d = _check_delta(delta)
     q = _check_sample_rate(sample_rate)
     t = _check_steps(steps)
-    _check_accountant(accountant)
+    check_accountant_name(accountant)
     tol = _check_tolerance(tolerance)
     store = _as_cache(cache)
 

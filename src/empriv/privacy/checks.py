@@ -1,5 +1,6 @@
 """Input checks shared by the privacy functions: each failure is one ``ValueError`` line naming the
-argument, the value and what is allowed."""
+argument, the value and what is allowed. (An accountant's name is checked by the registry:
+:func:`empriv.privacy.accountants.check_accountant_name`; this module imports nothing of empriv.)"""
 
 from __future__ import annotations
 
@@ -57,13 +58,6 @@ def _check_steps(value, name: str = "steps") -> int:
 
 def _check_sigma(value, name: str = "noise_multiplier") -> float:
     return _check_positive(name, value)
-
-
-def _check_accountant(name) -> str:
-    # the registry owns its names and their check (one way: the accountants import nothing of this module)
-    from empriv.privacy.accountants import check_accountant_name
-
-    return check_accountant_name(name)
 
 
 def _check_tolerance(value) -> float:

@@ -109,11 +109,11 @@ def _cmd_epsilon(args) -> None:
 
 
 def _cmd_profile(args) -> None:
-    from empriv.privacy.checks import _check_accountant
+    from empriv.privacy.accountants import check_accountant_name
     from empriv.privacy.profiles import profiles
 
     for a in args.accountants:
-        _check_accountant(a)
+        check_accountant_name(a)
     prof = profiles(args.noise_multiplier, args.sample_rate, args.steps, args.deltas,
                     args.accountants)
     data = {"noise_multiplier": args.noise_multiplier, "sample_rate": args.sample_rate,

@@ -1,4 +1,4 @@
-"""The one error type of the accountants (kept apart so every privacy module can raise it without cycles)."""
+"""The accountants' error types (kept apart so every privacy module can raise them without cycles)."""
 
 from __future__ import annotations
 
@@ -10,4 +10,10 @@ class AccountingError(RuntimeError):
     """
 
 
-__all__ = ["AccountingError"]
+class UnsupportedEventError(ValueError):
+    """An accountant was given a DpEvent it does not account (one line: the accountant, the event, what it takes).
+
+    Not an :class:`AccountingError`: it is the caller's mistake, so no fallback accountant is tried."""
+
+
+__all__ = ["AccountingError", "UnsupportedEventError"]

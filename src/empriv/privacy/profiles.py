@@ -17,9 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from empriv.privacy.accountants import ACCOUNTANT_NAMES, ACCOUNTANTS
+from empriv.privacy.accountants import ACCOUNTANT_NAMES, ACCOUNTANTS, check_accountant_name
 from empriv.privacy.checks import (
-    _check_accountant,
     _check_delta,
     _check_epsilon,
     _check_sample_rate,
@@ -27,6 +26,7 @@ from empriv.privacy.checks import (
     _check_steps,
 )
 from empriv.privacy.errors import AccountingError
+from empriv.privacy.events import dp_sgd_event
 from empriv.privacy.forward import with_fallback
 
 #: default δ grid: 1e-10 .. 1e-1, 4 points per decade
@@ -40,16 +40,17 @@ def epsilon_profile(noise_multiplier, sample_rate, steps, deltas: Sequence[float
     q = _check_sample_rate(sample_rate)
     t = _check_steps(steps)
     ds = [_check_delta(d, "deltas") for d in deltas]
-    _check_accountant(accountant)
+    check_accountant_name(accountant)
     if not ds:
         return []
+    event = dp_sgd_event(s, q, t)
     try:  # one call: PLD composes once for every δ
-        return ACCOUNTANTS[accountant].epsilons(s, q, t, ds)
+        return ACCOUNTANTS[accountant].epsilons(event, ds)
     except AccountingError:
         if ACCOUNTANTS[accountant].fallback is None:
             raise
     # the accountant cannot answer at some δ: per δ, with its fallback (logged)
-    return [with_fallback(accountant, lambda a, d=d: a.epsilon(s, q, t, d))[0] for d in ds]
+    return [with_fallback(accountant, lambda a, d=d: a.epsilon(event, d))[0] for d in ds]
 
 
 def moments_accountant_epsilon(noise_multiplier, sample_rate, steps, delta) -> tuple[float, bool]:

@@ -5,8 +5,8 @@
   the paper's printed denominator "ε-1" is read as e^ε - 1, see the spec).
 * Tight group privacy (Ganesh 2024, used in the paper's App. B.3): one DP-SGD step
   with Poisson rate q = B/M, against the addition/removal of a user's k records, is
-  the Gaussian mechanism with sensitivity ~ Bin(k, q) ("mixture of Gaussians");
-  T steps are composed with dp-accounting's PLD.
+  the Gaussian mechanism with sensitivity ~ Bin(k, q) ("mixture of Gaussians",
+  :func:`empriv.privacy.events.group_privacy_event`); T steps are composed by the PLD accountant.
 * User-wise DP-SGD: ordinary accounting with users as the unit,
   q = users per step / number of users.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from empriv.privacy.accountants import ACCOUNTANTS
 from empriv.privacy.calibration import Calibration, calibrate_noise_multiplier
 from empriv.privacy.checks import (
     _check_delta,
@@ -26,7 +27,7 @@ from empriv.privacy.checks import (
     _check_steps,
     _check_tolerance,
 )
-from empriv.privacy.errors import AccountingError
+from empriv.privacy.events import group_privacy_event
 from empriv.privacy.search import _solve_smallest_sigma
 
 #: PLD grid used for the mixture-of-Gaussians accounting (as in the paper: 1e-2..1e-3).
@@ -62,27 +63,9 @@ def example_level_for_user_level(user_epsilon, user_delta, k) -> tuple[float, fl
     return ee, du * math.expm1(ee) / math.expm1(eu)
 
 
-def _mog_pld(sigma, k, q, steps, vdi):
-    import numpy as np
-    from dp_accounting.pld import privacy_loss_distribution as P
-    from scipy.stats import binom
-
-    sens = list(range(k + 1))
-    probs = binom.pmf(np.arange(k + 1), k, q)
-    keep = probs > 0
-    sens = [float(s) for s, m in zip(sens, keep) if m]
-    probs = [float(p) for p, m in zip(probs, keep) if m]
-    probs = [p / sum(probs) for p in probs]
-    try:
-        return P.from_mixture_gaussian_mechanism(
-            standard_deviation=sigma,
-            sensitivities=sens,
-            sampling_probs=probs,
-            value_discretization_interval=vdi,
-            use_connect_dots=True,
-        ).self_compose(steps)
-    except (ValueError, RuntimeError, FloatingPointError, MemoryError) as exc:
-        raise AccountingError(f"mixture-of-Gaussians PLD failed: {exc}") from exc
+def _mog_epsilon(sigma, k, q, steps, delta, vdi) -> float:
+    """ε at δ of :func:`~empriv.privacy.events.group_privacy_event` under the PLD accountant (grid ``vdi``)."""
+    return ACCOUNTANTS["pld"].epsilon(group_privacy_event(sigma, k, q, steps), delta, vdi=vdi)
 
 
 def group_privacy_epsilon(noise_multiplier, k, sample_rate, steps, delta,
@@ -93,7 +76,7 @@ def group_privacy_epsilon(noise_multiplier, k, sample_rate, steps, delta,
     q = _check_sample_rate(sample_rate)
     t = _check_steps(steps)
     d = _check_delta(delta)
-    return float(_mog_pld(s, k, q, t, value_discretization_interval).get_epsilon_for_delta(d))
+    return _mog_epsilon(s, k, q, t, d, value_discretization_interval)
 
 
 def calibrate_group_privacy(epsilon, delta, k, sample_rate, steps, *, tolerance=1e-3,
@@ -114,13 +97,12 @@ def calibrate_group_privacy(epsilon, delta, k, sample_rate, steps, *, tolerance=
     coarse = max(value_discretization_interval, COARSE_DISCRETIZATION)
     if coarse > value_discretization_interval:
         _, _, root, slope = _solve_smallest_sigma(
-            lambda s: float(_mog_pld(s, k, q, t, coarse).get_epsilon_for_delta(d)), e, max(tol, 1e-2), guess)
+            lambda s: _mog_epsilon(s, k, q, t, d, coarse), e, max(tol, 1e-2), guess)
         guess, precise = root, True
     else:
         slope, precise = -1.5, False
     sigma, eps, _, _ = _solve_smallest_sigma(
-        lambda s: float(_mog_pld(s, k, q, t, value_discretization_interval)
-                        .get_epsilon_for_delta(d)),
+        lambda s: _mog_epsilon(s, k, q, t, d, value_discretization_interval),
         e, tol, guess, slope=slope, precise=precise,
     )
     return Calibration(

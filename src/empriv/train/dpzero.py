@@ -283,10 +283,12 @@ def calibrate_dpzero(epsilon, delta, sample_rate, steps, accountant="prv", *, to
 
 
 def dpzero_epsilon(noise_multiplier, sample_rate, steps, delta, accountant="prv") -> float:
-    """ε upper bound at δ of T DPZero steps with noise multiplier σ and sample rate q (DP-SGD's)."""
-    from empriv.privacy.accounting import epsilon_for
+    """ε upper bound at δ of T DPZero steps with noise multiplier σ and sample rate q: the accountant on
+    :func:`empriv.privacy.events.dpzero_event` (DP-SGD's event; KD's θ_nor is not counted here)."""
+    from empriv.privacy.accounting import epsilon_of
+    from empriv.privacy.events import dpzero_event
 
-    return epsilon_for(noise_multiplier, sample_rate, steps, delta, accountant)
+    return epsilon_of(dpzero_event(noise_multiplier, sample_rate, steps), delta, accountant)
 
 
 # ----------------------------------------------------------------------------- training loop

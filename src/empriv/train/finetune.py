@@ -21,36 +21,48 @@ log = logging.getLogger("empriv.train")
 
 
 def calibrate(params: Params, run: RunConfig, n: int, cache=None) -> dict:
-    """σ for the run's (ε, δ) with the configured accountant, and the ε that PRV and RDP report at σ."""
+    """σ for the run's (ε, δ) with the configured accountant, the ε that PRV and RDP report at σ, and the DpEvent
+    the run releases (``dp_event``, :mod:`empriv.train.release`)."""
+    from empriv.train.release import release_record
+
     delta = params.delta_for(n)
     q = run.batch_size / n
     out = {"delta": delta, "sample_rate": q, "steps": run.steps}
     if not run.private:
-        out.update(noise_multiplier=0.0, accountant=None, epsilon_prv=math.inf, epsilon_rdp=math.inf)
+        out.update(noise_multiplier=0.0, accountant=None, epsilon_prv=math.inf, epsilon_rdp=math.inf,
+                   **release_record(params, run, noise_multiplier=0.0, sample_rate=q))
         return out
-    from empriv.privacy.accounting import calibrate_noise_multiplier, epsilon_for
+    from empriv.privacy.accounting import calibrate_noise_multiplier, epsilon_of
+    from empriv.privacy.events import dp_sgd_event
 
     cal = calibrate_noise_multiplier(run.epsilon, delta, q, run.steps, accountant=params.privacy.accountant,
                                      **({"cache": cache} if cache is not None else {}))
+    steps_event = dp_sgd_event(cal.noise_multiplier, q, run.steps)  # what the ε fields account
     out.update(
         noise_multiplier=cal.noise_multiplier,
         accountant=cal.accountant,
         requested_accountant=cal.requested_accountant,
         accountant_fallback_reason=cal.fallback_reason,
         epsilon_calibrated=cal.epsilon,
-        epsilon_prv=epsilon_for(cal.noise_multiplier, q, run.steps, delta, "prv"),
-        epsilon_rdp=epsilon_for(cal.noise_multiplier, q, run.steps, delta, "rdp"),
+        epsilon_prv=epsilon_of(steps_event, delta, "prv"),
+        epsilon_rdp=epsilon_of(steps_event, delta, "rdp"),
+        **release_record(params, run, noise_multiplier=cal.noise_multiplier, sample_rate=q),
     )
     return out
 
 
-def spent_epsilons(noise_multiplier: float, sample_rate: float, delta: float, checkpoints, accountant: str) -> dict[int, float]:
+def spent_epsilons(noise_multiplier: float, sample_rate: float, delta: float, checkpoints, accountant: str,
+                   *, event_at=None) -> dict[int, float]:
     """ε spent after t steps (t in ``checkpoints``) at δ, with ``accountant`` (the one that calibrated σ): the
-    curve ``train/epsilon`` of the W&B run. One forward accounting per checkpoint (see
+    curve ``train/epsilon`` of the W&B run. ``event_at``: t → the DpEvent released after t steps (default DP-SGD's,
+    T-fold Poisson-subsampled Gaussian (σ, q)). One forward accounting per checkpoint (see
     :func:`empriv.tracking.epsilon_checkpoints` for how few)."""
-    from empriv.privacy.accounting import epsilon_for
+    from empriv.privacy.accounting import epsilon_of
+    from empriv.privacy.events import dp_sgd_event
 
-    return {t: epsilon_for(noise_multiplier, sample_rate, t, delta, accountant) for t in checkpoints}
+    if event_at is None:
+        event_at = lambda t: dp_sgd_event(noise_multiplier, sample_rate, t)  # noqa: E731
+    return {t: epsilon_of(event_at(t), delta, accountant) for t in checkpoints}
 
 
 def prepare_method(params: Params, base, *, init_seed: int):

@@ -149,11 +149,14 @@ def calibrate_user_level(params: Params, run: RunConfig, n_units: int, cache=Non
         q = run.batch_size / n_units
     out = {"delta": delta, "sample_rate": q, "steps": run.steps, "n_units": n_units, "privacy_unit": "user",
            **({"n_bounded_records": n_slots} if n_slots is not None else {})}
+    from empriv.train.release import release_record
+
     if not run.private:
         out.update(noise_multiplier=0.0, accountant=None, epsilon_prv=math.inf, epsilon_rdp=math.inf,
-                   user_accounting=None)
+                   user_accounting=None, **release_record(params, run, noise_multiplier=0.0, sample_rate=q))
         return out
-    from empriv.privacy.accounting import calibrate_noise_multiplier, epsilon_for
+    from empriv.privacy.accounting import calibrate_noise_multiplier, epsilon_of
+    from empriv.privacy.events import dp_sgd_event
 
     if unit.method == "group" and params.privacy.group_accounting == "tight":
         cal = cached_group_calibration(run.epsilon, delta, unit.k, q, run.steps, cache)
@@ -172,23 +175,25 @@ def calibrate_user_level(params: Params, run: RunConfig, n_units: int, cache=Non
         out.update(user_accounting="userwise (DP-SGD accounting over units, one clipped gradient per unit)")
     out.update(noise_multiplier=cal.noise_multiplier, accountant=cal.accountant,
                requested_accountant=cal.requested_accountant, accountant_fallback_reason=cal.fallback_reason,
-               epsilon_calibrated=cal.epsilon)
+               epsilon_calibrated=cal.epsilon,
+               **release_record(params, run, noise_multiplier=cal.noise_multiplier, sample_rate=q))
+    steps_event = dp_sgd_event(cal.noise_multiplier, q, run.steps)  # record-level DP-SGD (over units if userwise)
     if unit.method == "group":
         # Group Privacy has no PRV/RDP ε of its own unit: the user-level ε is the tight PLD's (or the naive
         # conversion of the record-level PRV ε); the record-level ε of the same σ, q, T is kept for comparison.
-        record_prv = epsilon_for(cal.noise_multiplier, q, run.steps, delta, "prv")
+        record_prv = epsilon_of(steps_event, delta, "prv")
         if params.privacy.group_accounting == "tight":
             user_eps = cal.epsilon
         else:
             from empriv.privacy.user_level import naive_group_privacy
 
-            user_eps = naive_group_privacy(epsilon_for(cal.noise_multiplier, q, run.steps, out["record_level_delta"],
-                                                       params.privacy.accountant), out["record_level_delta"], unit.k)[0]
+            record_delta = out["record_level_delta"]
+            user_eps = naive_group_privacy(epsilon_of(steps_event, record_delta, params.privacy.accountant),
+                                           record_delta, unit.k)[0]
         out.update(epsilon_user_level=user_eps, epsilon_record_level_prv=record_prv, epsilon_prv=None,
                    epsilon_rdp=None)
     else:
-        out.update(epsilon_prv=epsilon_for(cal.noise_multiplier, q, run.steps, delta, "prv"),
-                   epsilon_rdp=epsilon_for(cal.noise_multiplier, q, run.steps, delta, "rdp"))
+        out.update(epsilon_prv=epsilon_of(steps_event, delta, "prv"), epsilon_rdp=epsilon_of(steps_event, delta, "rdp"))
         out.update(epsilon_user_level=out["epsilon_prv"])
     return out
 

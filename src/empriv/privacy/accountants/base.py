@@ -1,7 +1,13 @@
 """The interface every accountant implements, and the memory guard they share.
 
-An accountant bounds the privacy of T-fold composition of the Poisson-subsampled Gaussian mechanism
-(DP-SGD with noise multiplier σ and sampling rate q). It is stateless: every call gets (σ, q, T).
+An accountant takes a dp-accounting ``DpEvent`` (what a run released, :mod:`empriv.privacy.events`):
+``epsilon(event, delta)``, ``delta(event, epsilon)``, ``epsilons(event, deltas)``. Every accountant accounts
+T-fold composition of the Poisson-subsampled Gaussian mechanism (DP-SGD with noise multiplier σ and sampling
+rate q, :func:`~empriv.privacy.events.dp_sgd_event`; ``NoOp`` parts release nothing, a ``NonPrivate`` part gives
+ε = ∞ and δ = 1): the base class maps such an event onto the accountant's (σ, q, T) code
+(``epsilon_dp_sgd`` …), so the numbers are those of (σ, q, T), bit for bit. An accountant that takes more
+events says so in ``supported_events`` and overrides the three methods; any other event raises
+:class:`UnsupportedEventError` naming the accountant and what it takes. Accountants are stateless.
 Upper bounds only; when the method cannot answer it raises :class:`AccountingError` (one line),
 never returns a silently wrong number, and ``fallback`` names the accountant to ask instead.
 """
@@ -13,7 +19,8 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar
 
-from empriv.privacy.errors import AccountingError
+from empriv.privacy.errors import AccountingError, UnsupportedEventError
+from empriv.privacy.events import NotSubsampledGaussian, SubsampledGaussian, as_subsampled_gaussian
 
 #: Largest working memory an accountant may allocate for one evaluation (bytes). Every numerical
 #: accountant estimates its arrays before allocating them and refuses beyond this bound.
@@ -21,31 +28,77 @@ MEMORY_LIMIT_BYTES = 2 * 2**30
 
 
 class Accountant(abc.ABC):
-    """ε(δ) and δ(ε) upper bounds of T-fold Poisson-subsampled Gaussian composition."""
+    """ε(δ) and δ(ε) upper bounds of a DpEvent; every accountant takes T-fold Poisson-subsampled Gaussian
+    composition."""
 
     #: registry name (``privacy.accountant`` in params.yaml)
     name: ClassVar[str] = ""
     #: one line for metrics and docs: the method and its settings
     description: ClassVar[str] = ""
+    #: the DpEvents it accounts, in words (its UnsupportedEventError quotes it)
+    supported_events: ClassVar[str] = (
+        "T-fold compositions of one Poisson-subsampled Gaussian (SelfComposed(PoissonSampled(Gaussian))), "
+        "with NoOp and NonPrivate parts")
     #: accountant used when this one raises AccountingError (None: the error propagates)
     fallback: ClassVar[str | None] = None
     #: distributions whose code computes the numbers (their versions key the calibration cache)
     libraries: ClassVar[tuple[str, ...]] = ()
 
+    # ------------------------------------------------------------------ events
+    def subsampled_gaussian(self, event) -> SubsampledGaussian | None:
+        """(σ, q, T) of an event this accountant can account as DP-SGD, None if it has a NonPrivate part;
+        :class:`UnsupportedEventError` otherwise."""
+        try:
+            return as_subsampled_gaussian(event)
+        except NotSubsampledGaussian as exc:
+            raise self.unsupported(event, str(exc)) from None
+
+    def unsupported(self, event, what: str | None = None) -> UnsupportedEventError:
+        return UnsupportedEventError(
+            f"the {self.name} accountant does not support {what or type(event).__name__} "
+            f"(in {type(event).__name__}); it accounts {self.supported_events}")
+
+    def epsilon(self, event, delta: float) -> float:
+        """ε upper bound at δ of the DpEvent (∞ with a NonPrivate part, 0 if nothing is released)."""
+        m = self.subsampled_gaussian(event)
+        if m is None:
+            return math.inf
+        if m.steps == 0:
+            return 0.0
+        return self.epsilon_dp_sgd(m.noise_multiplier, m.sample_rate, m.steps, delta)
+
+    def delta(self, event, epsilon: float) -> float:
+        """δ upper bound at ε of the DpEvent (1 with a NonPrivate part, 0 if nothing is released)."""
+        m = self.subsampled_gaussian(event)
+        if m is None:
+            return 1.0
+        if m.steps == 0:
+            return 0.0
+        return self.delta_dp_sgd(m.noise_multiplier, m.sample_rate, m.steps, epsilon)
+
+    def epsilons(self, event, deltas: Sequence[float]) -> list[float]:
+        """ε at each δ (a privacy profile) of the DpEvent."""
+        m = self.subsampled_gaussian(event)
+        if m is None or m.steps == 0:
+            return [math.inf if m is None else 0.0 for _ in deltas]
+        return self.epsilons_dp_sgd(m.noise_multiplier, m.sample_rate, m.steps, deltas)
+
+    # ------------------------------------------------------------------ T-fold Poisson-subsampled Gaussian
     @abc.abstractmethod
-    def epsilon(self, sigma: float, q: float, steps: int, delta: float) -> float:
-        """ε upper bound at δ."""
+    def epsilon_dp_sgd(self, sigma: float, q: float, steps: int, delta: float) -> float:
+        """ε upper bound at δ of T-fold Poisson-subsampled Gaussian (σ, q)."""
 
     @abc.abstractmethod
-    def delta(self, sigma: float, q: float, steps: int, epsilon: float) -> float:
-        """δ upper bound at ε."""
+    def delta_dp_sgd(self, sigma: float, q: float, steps: int, epsilon: float) -> float:
+        """δ upper bound at ε of T-fold Poisson-subsampled Gaussian (σ, q)."""
 
-    def epsilons(self, sigma: float, q: float, steps: int, deltas: Sequence[float]) -> list[float]:
-        """ε at each δ (a privacy profile); accountants that compose once for all δ override it."""
-        return [self.epsilon(sigma, q, steps, d) for d in deltas]
+    def epsilons_dp_sgd(self, sigma: float, q: float, steps: int, deltas: Sequence[float]) -> list[float]:
+        """ε at each δ; accountants that compose once for all δ override it."""
+        return [self.epsilon_dp_sgd(sigma, q, steps, d) for d in deltas]
 
     def locate(self, target: float, delta: float, q: float, steps: int, tol: float):
-        """Cheap accurate estimate (σ*, d log ε / d log σ) of the calibration root, or None."""
+        """Cheap accurate estimate (σ*, d log ε / d log σ) of the calibration root of the DP-SGD family
+        σ → T-fold Poisson-subsampled Gaussian (σ, q), or None."""
         return None
 
 
@@ -68,4 +121,5 @@ def finite_or_raise(accountant: str, value) -> float:
     return float(value)
 
 
-__all__ = ["MEMORY_LIMIT_BYTES", "Accountant", "AccountingError", "finite_or_raise", "guard_memory"]
+__all__ = ["MEMORY_LIMIT_BYTES", "Accountant", "AccountingError", "UnsupportedEventError", "finite_or_raise",
+           "guard_memory"]

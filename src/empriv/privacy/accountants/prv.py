@@ -426,7 +426,7 @@ class PRVAccountant(Accountant):
     eps_error = 0.01
     coarse_eps_error = 0.1
 
-    def epsilon(self, sigma, q, steps, delta, *, eps_error=None, report_eps_error=None):
+    def epsilon_dp_sgd(self, sigma, q, steps, delta, *, eps_error=None, report_eps_error=None):
         ee = eps_error or self.eps_error
         de = delta / 1000
         try:
@@ -436,7 +436,7 @@ class PRVAccountant(Accountant):
         rep = ee if report_eps_error is None else report_eps_error
         return _prv_eps_from(fn, tn, delta, de, rep, n)
 
-    def delta(self, sigma, q, steps, epsilon):
+    def delta_dp_sgd(self, sigma, q, steps, epsilon):
         de = 1e-12
         try:
             fn, tn, n = _prv_composed(sigma, q, steps, self.eps_error, de)
@@ -450,7 +450,7 @@ class PRVAccountant(Accountant):
         # so the fine search usually closes in two evaluations, sometimes three.
         guess = _analytic_guess(target, delta, q, steps)
         _, _, root, slope = _solve_smallest_sigma(
-            lambda s: self.epsilon(
+            lambda s: self.epsilon_dp_sgd(
                 s, q, steps, delta, eps_error=self.coarse_eps_error,
                 report_eps_error=self.eps_error,
             ),

@@ -30,7 +30,7 @@ class RDPAccountant(Accountant):
         orders = self._orders()
         return orders, _rdp.compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders)
 
-    def epsilon(self, sigma, q, steps, delta):
+    def epsilon_dp_sgd(self, sigma, q, steps, delta):
         import numpy as np
 
         orders, rdp = self._rdp(sigma, q, steps)
@@ -47,7 +47,7 @@ class RDPAccountant(Accountant):
             )
         return value
 
-    def delta(self, sigma, q, steps, epsilon):
+    def delta_dp_sgd(self, sigma, q, steps, epsilon):
         import numpy as np
 
         orders, rdp = self._rdp(sigma, q, steps)
