@@ -98,7 +98,7 @@ COVERED_ELSEWHERE = {
     "empriv.score.run": ("tests/test_validate.py", None),
     "empriv.score.utility": ("tests/score/test_air_vmr_utility.py", None),
     "empriv.score.vmr": ("tests/score/test_air_vmr_utility.py", None),
-    "empriv.secrets.build": ("tests/secrets/test_ngram_mining.py", None),
+    "empriv.secrets.build": ("tests/secrets/test_mining.py", None),
     "empriv.secrets.leaks": ("tests/secrets/test_canaries.py", None),
     "empriv.stage": ("tests/test_dag.py", None),
     "empriv.tracking.curves": ("tests/test_tracking.py", 'empriv.tracking'),
