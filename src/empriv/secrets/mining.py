@@ -29,6 +29,8 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from empriv.checks import require_int
+
 _SEPARATOR_ID = 0xFFFFFFFF
 
 
@@ -101,12 +103,9 @@ def top_ngrams(
     import numpy as np
     from numpy.lib.stride_tricks import sliding_window_view
 
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (n-gram length) must be an integer >= 1, got {n!r}")
-    if not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
-    if not isinstance(min_count, int) or min_count < 1:
-        raise ValueError(f"min_count must be an integer >= 1, got {min_count!r}")
+    n = require_int("n (n-gram length)", n, 1)
+    top_k = require_int("top_k", top_k, 1)
+    min_count = require_int("min_count", min_count, 1)
     corpus = _Corpus(samples)
     if corpus.ids.size < n:
         return []
@@ -173,8 +172,7 @@ def merge_overlapping(
     ``accept(left, right, merged)`` may veto a merge (the miner requires the merged string to recur). Contained
     sequences are dropped. The result is sorted by (length desc, ids) for determinism.
     """
-    if not isinstance(min_overlap, int) or min_overlap < 1:
-        raise ValueError(f"min_overlap must be an integer >= 1, got {min_overlap!r}")
+    min_overlap = require_int("min_overlap", min_overlap, 1)
     current = _drop_contained([tuple(s) for s in seqs if len(s) > 0])
     rejected: set[tuple[tuple[int, ...], tuple[int, ...], int]] = set()
     while True:
