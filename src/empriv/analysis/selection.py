@@ -112,15 +112,17 @@ def select_configuration(pool, utility: str = "test_nll") -> Selection:
     remaining = _keep_per_group(
         pts, steps, step="updates", group_key=lambda p: _key(p["update"]), column="learning_rate", pick=min,
         same=lambda x, best: math.isclose(x, best, rel_tol=REL_TOL),
-        describe=lambda u, eta: (f"U={_fmt(u)}", f"same updates U={_fmt(u)}: a smaller learning rate (η={eta:g}) is "
-                                                 "expected to be more private"))
+        describe=lambda u, eta: (f"U={_fmt(u)}",
+                                 f"same updates U={_fmt(u)}: a smaller learning rate (η={eta:g}) is expected to be "
+                                 "more private"))
 
     # Step 2 (compute): per (U, C), keep the maximal b
     remaining = _keep_per_group(
         remaining, steps, step="compute", group_key=lambda p: (_key(p["update"]), _key(p["compute"])),
         column="batch_size", pick=max, same=operator.eq,
-        describe=lambda uc, b: (f"U={_fmt(uc[0])}, C={_fmt(uc[1])}", f"same updates and compute C={_fmt(uc[1])}: a "
-                                                                     f"larger batch size (b={b}) is expected to be more private"))
+        describe=lambda uc, b: (f"U={_fmt(uc[0])}, C={_fmt(uc[1])}",
+                                f"same updates and compute C={_fmt(uc[1])}: a larger batch size (b={b}) is expected "
+                                "to be more private"))
 
     # Step 3 (individual): discard points dominated by another remaining point
     def dominates(q: dict, p: dict) -> bool:  # q has every hyperparameter ≤ p's, one strictly
