@@ -62,8 +62,8 @@ from __future__ import annotations
 import os
 import sys
 
-from empriv.infra.warm_key import (DEFAULT_START_TIMEOUT_S, LOG_NAME, START_TIMEOUT_ENV, SWITCH_ENV, DIR_ENV, IDLE_ENV,
-                                   DEFAULT_IDLE_S, PRELOAD_ENV, _interpreter_options, _short_address, socket_path,
+from empriv.infra.warm_key import (DEFAULT_IDLE_S, DEFAULT_START_TIMEOUT_S, DIR_ENV, IDLE_ENV, LOG_NAME, PRELOAD_ENV,
+                                   START_TIMEOUT_ENV, SWITCH_ENV, interpreter_options, short_address, socket_path,
                                    warm_dir)
 
 PROG = "empriv.infra.warm"
@@ -71,7 +71,6 @@ PROG = "empriv.infra.warm"
 
 class WarmUnavailable(RuntimeError):
     """The warm path cannot be used for this call (the reason is its message); the module runs directly."""
-
 
 
 # ---------------------------------------------------------------------------------------------------- the client
@@ -97,7 +96,7 @@ def is_script(target: str) -> bool:
 def plain_command(target: str, args: list[str]) -> list[str]:
     """The command the warm worker stands in for: ``python [options] <script> args`` or ``python [options] -m <module>
     args``, with this process's interpreter and options."""
-    return [sys.executable, *_interpreter_options(), *([] if is_script(target) else ["-m"]), target, *args]
+    return [sys.executable, *interpreter_options(), *([] if is_script(target) else ["-m"]), target, *args]
 
 
 def worker_path(target: str) -> list[str]:
@@ -130,7 +129,7 @@ def _connect(path: str):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     dirfd = None
     try:
-        address, dirfd = _short_address(path)
+        address, dirfd = short_address(path)
         sock.connect(address)
         return sock
     except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
@@ -151,7 +150,7 @@ def _start_server(path: str):
     directory = os.path.dirname(path)
     log = open(os.path.join(directory, LOG_NAME), "ab")
     try:
-        return subprocess.Popen([sys.executable, *_interpreter_options(), "-m", PROG, "--serve", path],
+        return subprocess.Popen([sys.executable, *interpreter_options(), "-m", PROG, "--serve", path],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=directory,
                                 start_new_session=True, close_fds=True)
     finally:

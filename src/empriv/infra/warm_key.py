@@ -41,8 +41,6 @@ KEY_ENV_PREFIXES = ("PYTHON", "LC_", "LANG", "HOME", "TMPDIR", "TEMP", "TMP", "X
                     "TRANSFORMERS", "TOKENIZERS", "SAFETENSORS", "NUMPY", "SCIPY", "LD_", "MALLOC", "OPACUS",
                     "PEFT", "TQDM", "DP_")
 
-_LEN = 4  # request length prefix: 4 bytes, big-endian
-
 
 def preload_modules(environ=None) -> tuple[str, ...]:
     """The modules a server pre-imports: :data:`PRELOAD`, or the comma-separated list in ``EMPRIV_WARM_PRELOAD``
@@ -53,8 +51,7 @@ def preload_modules(environ=None) -> tuple[str, ...]:
     return tuple(m.strip() for m in env[PRELOAD_ENV].split(",") if m.strip())
 
 
-
-def _interpreter_options() -> list[str]:
+def interpreter_options() -> list[str]:
     """The interpreter's own options of this process (what came before ``-m``), to give the server the same."""
     orig = list(getattr(sys, "orig_argv", []) or [])
     if "-m" in orig[1:]:
@@ -82,7 +79,7 @@ def server_key(environ=None) -> str:
     add(os.uname().nodename,  # a socket on a shared file system is reachable only from the host that bound it
         sys.version, sys.executable, os.path.realpath(sys.executable), sys.prefix, sys.base_prefix,
         tuple(sys.flags), sorted(sys.warnoptions), sorted(getattr(sys, "_xoptions", {}).items()),
-        _interpreter_options(), preload_modules(env))
+        interpreter_options(), preload_modules(env))
     add(sorted((k, v) for k, v in env.items() if k.startswith(KEY_ENV_PREFIXES)))
     for site in _site_dirs():
         with os.scandir(site) as entries:
@@ -117,7 +114,7 @@ def socket_path(cwd: str | None = None, environ=None) -> str:
     return os.path.join(warm_dir(cwd, environ), server_key(environ) + ".sock")
 
 
-def _short_address(path: str) -> tuple[str, int | None]:
+def short_address(path: str) -> tuple[str, int | None]:
     """A Unix socket address for ``path`` (at most 107 bytes): through ``/proc/self/fd`` when the path is longer."""
     if len(os.fsencode(path)) < 100:
         return path, None

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import sys
 
-from empriv.infra.warm_key import (DEFAULT_IDLE_S, IDLE_ENV, LOG_NAME, LOG_ROTATE_BYTES, _LEN, _short_address,
-                                   preload_modules)
-from empriv.infra.warm_worker import _worker, request_target
+from empriv.infra.warm_key import DEFAULT_IDLE_S, IDLE_ENV, LOG_NAME, LOG_ROTATE_BYTES, preload_modules, short_address
+from empriv.infra.warm_worker import request_target, run_worker
+
+_LEN = 4  # a request's length prefix: 4 bytes, big-endian (the client packs it with struct "!I")
 
 
 class Server:
@@ -62,7 +63,7 @@ class Server:
         except FileNotFoundError:
             pass
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        address, dirfd = _short_address(self.path)
+        address, dirfd = short_address(self.path)
         try:
             self.listener.bind(address)
         finally:
@@ -225,7 +226,7 @@ class Server:
             conn.close()
             return
         if pid == 0:  # the worker: never returns
-            _worker(request, fds, self._server_fds(conn), self.imported_env)
+            run_worker(request, fds, self._server_fds(conn), self.imported_env)
         for fd in fds:
             os.close(fd)
         job = {"conn": conn, "pidfd": None, "target": target, "started": time.monotonic()}

@@ -16,7 +16,7 @@ def request_target(request: dict) -> str | None:
     return None
 
 
-def _worker(request: dict, fds: list[int], server_fds: list[int], imported_env: dict[str, str]) -> None:
+def run_worker(request: dict, fds: list[int], server_fds: list[int], imported_env: dict[str, str]) -> None:
     """In the forked child: become the client's ``python <script>`` / ``python -m <module>`` process, run it, exit
     with its status."""
     code = 1
