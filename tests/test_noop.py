@@ -169,7 +169,7 @@ def test_make_repro_runs_no_dvc_repro_after_the_sweep():
     recipe = text[text.index("\nrepro: ") + 1:].split("\n\n")[0].splitlines()[1:]
     commands = [re.sub(r"^@?\$\(BIN\)/", "", line.strip().split("  #")[0]) for line in recipe]
     assert commands == ["empriv validate --fill-defaults", "empriv sweep --engine local --all",
-                        "python -m empriv.warm --stop", "empriv summary"]
+                        "python -m empriv.infra.warm --stop", "empriv summary"]
 
 
 @pytest.mark.parametrize("command, imported", [("summary --help", False), ("validate --help", False),

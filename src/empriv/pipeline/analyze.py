@@ -176,7 +176,8 @@ def track_analysis(params: Params, table, summary: dict, analysis: dict, configs
         write_offline_runs()
 
 
-if __name__ == "__main__":
-    from empriv.stage import run_stage
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/analyze.py``, no arguments)."""
+    from empriv.stage import run_without_arguments
 
-    run_stage(main)
+    run_without_arguments(main, __doc__, argv)

@@ -197,5 +197,6 @@ def track_audit(tracker, out: dict) -> None:
         tracker.table("audit/mia", ["score", *columns], [[name, *(row.get(c) for c in columns)] for name, row in mia.items()])
 
 
-if __name__ == "__main__":
-    config_stage(main, __doc__, audit=True)
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/audit.py``): the cube point, as dvc.yaml's matrix builds it."""
+    config_stage(main, __doc__, audit=True, argv=argv)

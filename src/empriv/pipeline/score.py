@@ -47,5 +47,6 @@ def track_scores(params: Params, run: RunConfig, metrics: dict, secrets: list[di
             t.table("score/per_secret", columns, [[r.get(c) for c in columns] for r in rows])
 
 
-if __name__ == "__main__":
-    config_stage(main, __doc__)
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/score.py``): the cube point, as dvc.yaml's matrix builds it."""
+    config_stage(main, __doc__, argv=argv)

@@ -86,7 +86,8 @@ def main(params: Params, out_path: str | Path = paths.SECRETS, metrics_path: str
     return records
 
 
-if __name__ == "__main__":
-    from empriv.stage import run_stage
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/mine_secrets.py``, no arguments)."""
+    from empriv.stage import run_without_arguments
 
-    run_stage(main)
+    run_without_arguments(main, __doc__, argv)

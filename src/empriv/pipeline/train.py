@@ -112,5 +112,6 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     return metrics
 
 
-if __name__ == "__main__":
-    config_stage(main, __doc__)
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/train.py``): the cube point, as dvc.yaml's matrix builds it."""
+    config_stage(main, __doc__, argv=argv)
