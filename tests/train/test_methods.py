@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from empriv.config import BUILTIN, ConfigError, MethodTraits, RunConfig, method_names, method_traits, parse_params
+from empriv.config import (BUILTIN, ConfigError, MethodTraits, RunConfig, UnknownMethodError, method_names, method_traits,
+                           parse_params)
 from empriv.models.lm import encode_fixed
 from empriv.train.methods import TrainingMethod, get_method, register, registered_names, unregister
 
@@ -90,8 +91,10 @@ def test_an_unregistered_method_is_unknown_again(toy):
     unregister("toy-ln")
     with pytest.raises(ConfigError, match=r"train.variants.toy-sgd.method: unknown method \(got .toy-ln.; allowed: full"):
         _params("toy-ln")
-    with pytest.raises(ConfigError, match=r"unknown training method 'toy-ln' \(registered: dpzero, full"):
+    with pytest.raises(UnknownMethodError, match=r"unknown training method 'toy-ln' \(known: dpzero, full"):
         get_method("toy-ln")
+    with pytest.raises(UnknownMethodError, match=r"unknown training method 'toy-ln' \(known: full, lora, prefix"):
+        method_traits("toy-ln")
     register("toy-ln", traits=MethodTraits())(toy)  # the fixture unregisters it again
 
 

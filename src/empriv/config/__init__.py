@@ -26,7 +26,7 @@ from empriv.config.data import (  # noqa: F401
     RuntimeParams, DataParams, TokenizerParams, BaseParams, SecretsParams,
 )
 from empriv.config.methods import (  # noqa: F401
-    BUILTIN, MethodTraits, UnknownMethodError, declare, forget, method_names, method_traits, names_with,
+    BUILTIN, MethodTraits, UnknownMethodError, declare, forget, method_names, method_traits,
 )
 from empriv.config.training import (  # noqa: F401
     PrivacyParams, LoraParams, ADAPTATION_METHODS, PrefixParams, PromptParams, HeadParams, DPFlatParams, DPZeroParams, VariantParams, TrainParams,

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from empriv.config.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class MethodTraits:
@@ -60,12 +62,12 @@ BUILTIN: dict[str, MethodTraits] = {
 _DECLARED: dict[str, MethodTraits] = dict(BUILTIN)
 
 
-class UnknownMethodError(ValueError):
-    """A training method name that no module declared."""
+class UnknownMethodError(ConfigError):
+    """A training method name that is not declared (or, from the registry, not registered): names the known ones."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, known=None):
         self.name = name
-        super().__init__(f"unknown training method {name!r} (known: {', '.join(_DECLARED)})")
+        super().__init__(f"unknown training method {name!r} (known: {', '.join(_DECLARED if known is None else known)})")
 
 
 def declare(name: str, traits: MethodTraits) -> MethodTraits:
@@ -94,7 +96,3 @@ def method_traits(name: str) -> MethodTraits:
     except KeyError:
         raise UnknownMethodError(name) from None
 
-
-def names_with(**traits) -> tuple[str, ...]:
-    """The declared methods whose traits have the given values (``names_with(saved_as="virtual_tokens")``)."""
-    return tuple(name for name, t in _DECLARED.items() if all(getattr(t, k) == v for k, v in traits.items()))

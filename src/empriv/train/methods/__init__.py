@@ -13,8 +13,8 @@ needs nothing else.
 from __future__ import annotations
 
 from empriv.train.methods import dpzero, full, head, lora, prefix, prompt  # noqa: F401 (the shipped methods register)
-from empriv.train.methods.base import (Trained, TrainingJob, TrainingMethod, UnknownTrainingMethod, get_method,
+from empriv.train.methods.base import (Trained, TrainingJob, TrainingMethod, UnknownMethodError, get_method,
                                        register, registered_names, unregister)
 
-__all__ = ["Trained", "TrainingJob", "TrainingMethod", "UnknownTrainingMethod", "get_method", "register",
+__all__ = ["Trained", "TrainingJob", "TrainingMethod", "UnknownMethodError", "get_method", "register",
            "registered_names", "unregister"]

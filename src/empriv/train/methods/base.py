@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
-from empriv.config import ConfigError, MethodTraits, Params, RunConfig, method_names, method_traits
+from empriv.config import ConfigError, MethodTraits, Params, RunConfig, UnknownMethodError, method_traits
 from empriv.config.methods import BUILTIN, declare, forget
 
 
@@ -140,14 +140,6 @@ def public_or_fail(public, what: str):
 _REGISTRY: dict[str, type[TrainingMethod]] = {}
 
 
-class UnknownTrainingMethod(ConfigError):
-    """A name no training method is registered under."""
-
-    def __init__(self, name: str):
-        self.name = name
-        super().__init__(f"unknown training method {name!r} (registered: {', '.join(_REGISTRY) or 'none'})")
-
-
 def register(name: str, traits: MethodTraits | None = None):
     """Class decorator: register a :class:`TrainingMethod` under ``name``. A shipped method takes its traits from
     :data:`empriv.config.methods.BUILTIN`; any other passes ``traits``, which declares the name to config (params may
@@ -179,16 +171,17 @@ def unregister(name: str) -> None:
 
 
 def get_method(name: str) -> TrainingMethod:
-    """An instance of the method registered under ``name`` (:class:`UnknownTrainingMethod` listing the known ones)."""
+    """An instance of the method registered under ``name`` (:class:`~empriv.config.UnknownMethodError`, a
+    :class:`ConfigError` listing the registered ones, for any other name)."""
     try:
         return _REGISTRY[name]()
     except KeyError:
-        raise UnknownTrainingMethod(name) from None
+        raise UnknownMethodError(name, known=_REGISTRY) from None
 
 
 def registered_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-__all__ = ["Trained", "TrainingJob", "TrainingMethod", "UnknownTrainingMethod", "adaptation_error", "method_names",
+__all__ = ["Trained", "TrainingJob", "TrainingMethod", "UnknownMethodError", "adaptation_error",
            "get_method", "public_or_fail", "register", "registered_names", "unregister"]
