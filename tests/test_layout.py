@@ -35,6 +35,7 @@ COVERED_ELSEWHERE = {
     "empriv.config.errors": ("tests/test_config.py", 'empriv.config'),
     "empriv.config.infra": ("tests/test_config.py", 'empriv.config'),
     "empriv.config.loading": ("tests/test_config.py", 'empriv.config'),
+    "empriv.config.methods": ("tests/train/test_methods.py", None),
     "empriv.config.params": ("tests/test_config.py", 'empriv.config'),
     "empriv.config.rendering": ("tests/test_config.py", 'empriv.config'),
     "empriv.config.runs": ("tests/test_config.py", 'empriv.config'),
@@ -112,6 +113,13 @@ COVERED_ELSEWHERE = {
     "empriv.tracking.runs": ("tests/test_tracking.py", 'empriv.tracking'),
     "empriv.tracking.scrub": ("tests/test_tracking.py", 'empriv.tracking'),
     "empriv.train.finetune": ("tests/test_tracking.py", None),
+    "empriv.train.methods.base": ("tests/train/test_methods.py", "empriv.train.methods"),
+    "empriv.train.methods.dpzero": ("tests/train/test_methods.py", "empriv.train.methods"),
+    "empriv.train.methods.full": ("tests/train/test_methods.py", "empriv.train.methods"),
+    "empriv.train.methods.head": ("tests/train/test_methods.py", "empriv.train.methods"),
+    "empriv.train.methods.lora": ("tests/train/test_methods.py", "empriv.train.methods"),
+    "empriv.train.methods.prefix": ("tests/train/test_methods.py", "empriv.train.methods"),
+    "empriv.train.methods.prompt": ("tests/train/test_methods.py", "empriv.train.methods"),
     "empriv.train.user_level": ("tests/train/test_user_level_training.py", None),
 }
 
