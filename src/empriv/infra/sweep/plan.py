@@ -72,7 +72,7 @@ class Plan:
         return [i for i in self.items if not i.stale]
 
 
-def _matrix_stages(root: Path) -> tuple[list[str], list[str]]:
+def matrix_stages(root: Path) -> tuple[list[str], list[str]]:
     """(every stage name of ``root/dvc.yaml``, those defined with ``matrix`` or ``foreach``)."""
     path = root / "dvc.yaml"
     if not path.exists():
@@ -101,7 +101,7 @@ def _select_stages(requested: list[str], all_stages: list[str], matrix: list[str
     return chosen
 
 
-def _threads_per_job(params_path: Path) -> int:
+def threads_per_job(params_path: Path) -> int:
     """runtime.threads of the params file (its default when absent): the torch threads each stage process uses."""
     from empriv.config import RuntimeParams
 
@@ -120,7 +120,7 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
     (``prepare``, ``base``, ``analyze``, …) alike — so there is no upstream ``dvc repro`` and nothing downstream
     is left stale (``stages`` and ``patterns`` are then ignored)."""
     root = Path(root).resolve()
-    all_stages, matrix = _matrix_stages(root)
+    all_stages, matrix = matrix_stages(root)
     chosen = list(all_stages) if everything else _select_stages(stages, all_stages, matrix, stages_key)
     # DVC names stages relative to the working directory; params.yaml is parsed once for dvc.yaml's vars and every
     # stage's params (dvc_adapter.open_pipeline)

@@ -19,8 +19,8 @@ from empriv.infra.dvc_adapter import (RunCacheRestorer, commit_stages, quiet_log
                                       stale_lock_entries, status_of)
 from empriv.infra.sweep.jobs import Engine, attempts_of, check_slurm, require_submitit
 from empriv.infra.sweep.output import SweepOutput, SweepResult, eta_seconds, log_tail, summary_line
-from empriv.infra.sweep.plan import (Item, Plan, SweepError, _matrix_stages, _threads_per_job, load_sweep_params,
-                                     make_plan, merged_resources)
+from empriv.infra.sweep.plan import (Item, Plan, SweepError, load_sweep_params, make_plan, matrix_stages,
+                                     merged_resources, threads_per_job)
 
 ENGINES = ("local", "slurm")
 WAITING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED", "RESV_DEL_HOLD",
@@ -78,7 +78,7 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
     if jobs is not None and jobs < 1:
         raise SweepError(f"--jobs: must be >= 1 (got {jobs}; allowed: an integer >= 1)")
     jobs = jobs or sweep.jobs
-    all_names, matrix = _matrix_stages(root)
+    all_names, matrix = matrix_stages(root)
     stage_names = list(all_names) if everything else stages if stages is not None else list(sweep.stages)
     stages_key = "--stages" if stages is not None else "sweep.stages"
     for name in sweep.resources:
@@ -123,7 +123,7 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
     if plan.empty:
         echo(f"no items (empty matrix), skipped: {', '.join(plan.empty)}")
     if engine == "local":
-        threads = _threads_per_job(Path(params) if params else root / "params.yaml")
+        threads = threads_per_job(Path(params) if params else root / "params.yaml")
         cpus = os.cpu_count() or 1
         if min(jobs, max(1, len(plan.to_run))) * threads > cpus:
             echo(f"warning: {jobs} local jobs x runtime.threads {threads} = {jobs * threads} torch threads on {cpus} "
