@@ -1,5 +1,5 @@
-"""empriv.infra.progress: a log line every tenth or every 30 s (whichever first) off a terminal, a tqdm bar on one; and the
-long loops (pre-training, DP training, scoring, ACR, the canary audit) report through it."""
+"""empriv.infra.progress: a log line every tenth or every 30 s (whichever first) off a terminal, a tqdm bar on one; and
+the long loops (pre-training, DP training, scoring, ACR, the canary audit) report through it."""
 
 from __future__ import annotations
 

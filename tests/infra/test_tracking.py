@@ -1,5 +1,5 @@
-"""empriv.infra.tracking: one W&B run per configuration (train, score and audit parts), one summary run per pipeline, the
-project-level directory (also from a DVC temporary copy), and no secret or canary in any file W&B writes."""
+"""empriv.infra.tracking: one W&B run per configuration (train, score and audit parts), one summary run per pipeline,
+the project-level directory (also from a DVC temporary copy), and no secret or canary in any file W&B writes."""
 
 from __future__ import annotations
 
