@@ -90,8 +90,6 @@ def quiet_logging() -> Iterator[None]:
 
 
 # ----------------------------------------------------------------------------- which stages changed
-
-
 def _unlocked(stage: Any, name: str):
     """The method ``name`` of the stage without DVC's ``@rwlocked`` wrapper (funcy keeps it as ``__wrapped__``)."""
     method = getattr(type(stage), name)
