@@ -1,1 +1,1 @@
-"""Infrastructure apart from the science: the warm worker of the stage processes (more to come: sweep, tracking, progress)."""
+"""Infrastructure apart from the science: the sweep, the one DVC adapter, W&B tracking, progress, the warm worker."""

@@ -33,7 +33,7 @@ USER_FACTS = ("unit_method", "unit_k", "unit_strategy", "n_units", "epsilon_user
 def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_dir=paths.AUDIT_RUNS_DIR,
          metrics_dir=paths.AUDIT_METRICS_DIR) -> dict:
     from empriv.secrets.canaries import CanarySet
-    from empriv.tracking import SecretScrubber, open_configuration_run
+    from empriv.infra.tracking import SecretScrubber, open_configuration_run
 
     from empriv.io import ensure_writable
 

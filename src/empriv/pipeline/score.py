@@ -34,7 +34,7 @@ def main(params: Params, run: RunConfig, model_dir=None, metrics_dir=paths.SCORE
 def track_scores(params: Params, run: RunConfig, metrics: dict, secrets: list[dict]) -> None:
     """The scores in the configuration's W&B run: every number of the metrics as ``score/*`` in the summary, the
     per-secret rows (ids and numbers) as the table ``score/per_secret``."""
-    from empriv.tracking import SecretScrubber, open_configuration_run
+    from empriv.infra.tracking import SecretScrubber, open_configuration_run
 
     with open_configuration_run(params, run, section="score", scrub=SecretScrubber([*secrets_to_scrub(), *secrets])) as t:
         if not t.active:

@@ -36,11 +36,9 @@ _REF = re.compile(r"^\$\{\s*([\w.]+)\s*\}$")
 
 def _dvc_str(value: Any) -> str:
     """A matrix value as DVC interpolates it into a command line and a stage name."""
-    try:
-        from dvc.parsing.interpolate import to_str
-    except ImportError:  # DVC absent (validating outside the pipeline): DVC's to_str is str() for numbers and strings
-        return str(value)
-    return to_str(value)
+    from empriv.infra.dvc_adapter import interpolated_str
+
+    return interpolated_str(value)
 
 
 def format_list(values) -> str:

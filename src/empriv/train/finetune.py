@@ -3,7 +3,7 @@
 :func:`calibrate` finds σ for a run's (ε, δ); :func:`train_model` takes the base model and the encoded
 training records, calibrates, sets up the method (``params.train.method``, registered in :mod:`empriv.train.methods`:
 its checks, its trainable model, its loop and the facts it records), runs it and logs its curve to the configuration's
-W&B run (:mod:`empriv.tracking`); it returns the
+W&B run (:mod:`empriv.infra.tracking`); it returns the
 model and its metrics and saves nothing (the stage layer, :mod:`empriv.pipeline.train` and
 :mod:`empriv.pipeline.audit`, loads the inputs and writes the outputs). The audit passes a
 :class:`~empriv.secrets.canaries.CanarySet`, whose member canaries then join the training records.
@@ -48,7 +48,7 @@ def calibrate(params: Params, run: RunConfig, n: int, cache=None) -> dict:
 def spent_epsilons(noise_multiplier: float, sample_rate: float, delta: float, checkpoints, accountant: str) -> dict[int, float]:
     """ε spent after t steps (t in ``checkpoints``) at δ, with ``accountant`` (the one that calibrated σ): the
     curve ``train/epsilon`` of the W&B run. One forward accounting per checkpoint (see
-    :func:`empriv.tracking.epsilon_checkpoints` for how few)."""
+    :func:`empriv.infra.tracking.epsilon_checkpoints` for how few)."""
     from empriv.privacy.accounting import epsilon_for
 
     return {t: epsilon_for(noise_multiplier, sample_rate, t, delta, accountant) for t in checkpoints}
@@ -70,9 +70,9 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
     chunks), ``record_scores`` (every record's mean NLL under the initial base model: perplexity strategies)
     and ``tokenizer`` (chunks); σ is calibrated at the user level and the metrics gain the unit's facts.
 
-    ``tracker`` (an open :class:`empriv.tracking.Tracker`; the caller finishes it) receives the training curve —
+    ``tracker`` (an open :class:`empriv.infra.tracking.Tracker`; the caller finishes it) receives the training curve —
     loss, realised batch size, σ and the ε spent so far (:func:`spent_epsilons`, at most
-    :data:`~empriv.tracking.MAX_EPSILON_POINTS` steps, the accountant that calibrated σ) — under ``train/`` for
+    :data:`~empriv.infra.tracking.MAX_EPSILON_POINTS` steps, the accountant that calibrated σ) — under ``train/`` for
     the section ``train`` and ``<section>/train/`` otherwise, plus the run's privacy facts (config) and
     outcome (summary). Without one, a ``train`` job opens the configuration's W&B run itself (section
     ``train``, ``scrub_secrets`` — rows with text/prompt/continuation — redacted) and finishes it; other job
@@ -82,7 +82,7 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
 
     from empriv.models.registry import resolve_device
     from empriv.randomness import RunStreams
-    from empriv.tracking import SecretScrubber, open_configuration_run
+    from empriv.infra.tracking import SecretScrubber, open_configuration_run
 
     from empriv.train.methods import TrainingJob, get_method
 
@@ -185,7 +185,7 @@ def _train_and_track(method, job, *, n, n_data, canaries, canary_info, tracker, 
     import torch
 
     from empriv.models.adapters import trainable_parameters
-    from empriv.tracking import epsilon_checkpoints
+    from empriv.infra.tracking import epsilon_checkpoints
 
     params, run, privacy, streams, device = job.params, job.run, job.privacy, job.streams, job.device
     log_every = params.train.log_every
