@@ -67,7 +67,7 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 repro: $(STAMP)
 	$(BIN)/empriv validate --fill-defaults
 	$(BIN)/empriv sweep --engine local --all
-	@$(BIN)/python -m empriv.warm --stop  # the warm worker of the model stages (docs/timing.md); it would idle 300 s
+	@$(BIN)/python -m empriv.infra.warm --stop  # the warm worker of the model stages (docs/timing.md); it would idle 300 s
 	@$(BIN)/empriv summary
 
 summary: $(STAMP)

@@ -1,4 +1,5 @@
-"""Process start-up of a stage: `python -m <stage>` against `python -m empriv.warm <stage>` (issue 18).
+"""Process start-up of a stage: `python stages/<stage>.py` against `python -m empriv.infra.warm stages/<stage>.py`
+(issue 18).
 
     python benchmarks/startup.py [--repeats 7] [--workdir DIR] [--keep] [--out FILE]
 
@@ -6,10 +7,10 @@ Builds a scratch project (the repository's params.yaml with a tiny corpus, base 
 tokenizer and base run once), starts a warm server there (its cold start is reported on its own), then times, in
 one run, interleaved (plain first in even rounds, warm first in odd ones), `--repeats` invocations of each of:
 
-* ``startup``: a process that only imports what a stage process imports before its work (the interpreter plus
-  :data:`empriv.warm.PRELOAD`, the libraries the train/score/audit stages use) — the start-up itself;
-* ``validate``: ``empriv.pipeline.validate`` (a light stage: params and pydantic, no torch);
-* ``train``: ``empriv.pipeline.train`` on the tiny cube point (a real matrix-item command, 3 DP steps).
+* ``startup``: a script that only imports what a stage process imports before its work (the interpreter plus
+  :data:`empriv.infra.warm_key.PRELOAD`, the libraries the train/score/audit stages use) — the start-up itself;
+* ``validate``: ``stages/validate_params.py`` (a light stage: params and pydantic, no torch);
+* ``train``: ``stages/train.py`` on the tiny cube point (a real matrix-item command, 3 DP steps).
 
 It prints medians, the plain/warm ratio, the start-up share of a train process (startup / train, plain and warm),
 and what the saving per process comes to over the default cube's matrix items (train@, score@, audit@ of the
@@ -30,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+WARM = [PYTHON, "-m", "empriv.infra.warm"]
 LAST_COLD_REPRO_S = 1533  # docs/timing.md: cold make repro at f96809a, 25.6 min
 
 TINY_OVERRIDES = {
@@ -42,7 +44,7 @@ TINY_OVERRIDES = {
 POINT = {"epsilon": 8, "batch_size": 32, "steps": 3, "learning_rate": 0.01, "seed": 0}
 
 STARTUP_PROBE = """import importlib
-from empriv.warm import PRELOAD
+from empriv.infra.warm_key import PRELOAD
 for name in PRELOAD:
     try:
         importlib.import_module(name)
@@ -122,23 +124,23 @@ def main() -> int:
     try:
         setup = {}
         for stage in ("prepare", "tokenizer", "base"):
-            setup[stage] = timed([PYTHON, "-m", f"empriv.pipeline.{stage}"], work, env)
+            setup[stage] = timed([PYTHON, str(ROOT / f"stages/{stage}.py")], work, env)
         lines.append("setup (plain, once): " + ", ".join(f"{k} {v:.1f} s" for k, v in setup.items()))
 
-        client = [timed([PYTHON, "-m", "empriv.warm", "--socket"], work, env) for _ in range(5)]
+        client = [timed([*WARM, "--socket"], work, env) for _ in range(5)]
         bare = [timed([PYTHON, "-c", "pass"], work, env) for _ in range(5)]
-        cold = timed([PYTHON, "-m", "empriv.warm", "startup_probe"], work, env)
-        lines.append(f"warm client alone (python -m empriv.warm --socket): median {statistics.median(client):.3f} s; "
-                     f"python -c pass {statistics.median(bare):.3f} s")
+        cold = timed([*WARM, "startup_probe.py"], work, env)
+        lines.append(f"warm client alone (python -m empriv.infra.warm --socket): median "
+                     f"{statistics.median(client):.3f} s; python -c pass {statistics.median(bare):.3f} s")
         lines.append(f"first warm call (starts the server, which pre-imports): {cold:.2f} s")
 
-        commands = {"startup": ["startup_probe"], "validate": ["empriv.pipeline.validate"],
-                    "train": ["empriv.pipeline.train", *train_args]}
+        commands = {"startup": ["startup_probe.py"], "validate": [str(ROOT / "stages/validate_params.py")],
+                    "train": [str(ROOT / "stages/train.py"), *train_args]}
         times = {name: {"plain": [], "warm": []} for name in commands}
         for r in range(args.repeats):
             for name, cmd in commands.items():
                 for mode in (("plain", "warm") if r % 2 == 0 else ("warm", "plain")):
-                    prefix = [PYTHON, "-m"] if mode == "plain" else [PYTHON, "-m", "empriv.warm"]
+                    prefix = [PYTHON] if mode == "plain" else WARM
                     times[name][mode].append(timed(prefix + cmd, work, env))
             print(f"round {r + 1}/{args.repeats}: " + ", ".join(
                 f"{n} {t['plain'][-1]:.2f}/{t['warm'][-1]:.2f} s" for n, t in times.items()), file=sys.stderr)

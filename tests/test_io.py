@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from empriv.io import atomic_dir, atomic_path, parse_float, read_json, read_jsonl, write_json, write_jsonl
+from empriv.io import (atomic_dir, atomic_path, file_digest, parse_float, read_json, read_jsonl, write_json,
+                       write_jsonl)
 
 
 class Boom(RuntimeError):
@@ -130,3 +131,17 @@ def test_atomic_dir_failure_without_old_leaves_nothing(tmp_path):
             raise Boom()
     assert not (tmp_path / "a" / "fresh").exists()
     assert list((tmp_path / "a").iterdir()) == []
+
+
+def test_file_digest_is_hashlib_over_the_whole_file_in_blocks(tmp_path):
+    import hashlib
+
+    data = bytes(range(256)) * 9000  # 2.2 MB: more than one read block
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data)
+    assert file_digest(path) == hashlib.sha256(data).hexdigest()
+    assert file_digest(str(path), "md5") == hashlib.md5(data).hexdigest()
+    (tmp_path / "empty").write_bytes(b"")
+    assert file_digest(tmp_path / "empty", "md5") == "d41d8cd98f00b204e9800998ecf8427e"
+    with pytest.raises(FileNotFoundError):
+        file_digest(tmp_path / "missing")

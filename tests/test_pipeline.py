@@ -758,7 +758,7 @@ def test_a_train_stage_killed_mid_run_resumes_through_the_pipeline_counting_epsi
     _run(["dvc", "repro", "validate"], killed, env)
     name = "eps8-b32-T300-lr0.01-s0"
     ck = killed / ".empriv/checkpoints/train/record/full" / name
-    proc = subprocess.Popen([sys.executable, "-m", "empriv.pipeline.train", "--name", name, "--epsilon", "8",
+    proc = subprocess.Popen([sys.executable, "stages/train.py", "--name", name, "--epsilon", "8",
                              "--batch-size", "32", "--steps", "300", "--learning-rate", "0.01", "--seed", "0"],
                             cwd=killed, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300

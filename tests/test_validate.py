@@ -383,7 +383,7 @@ BAD_LINES = ["error: data.n_train: not an integer (got 64.0; allowed: an integer
              "error: cubee: unknown key; did you mean 'cube'?"]
 
 
-@pytest.mark.parametrize("command", [[sys.executable, "-m", "empriv.pipeline.validate"], ["empriv", "validate"]])
+@pytest.mark.parametrize("command", [[sys.executable, str(ROOT / "stages/validate_params.py")], ["empriv", "validate"]])
 def test_a_bad_params_file_leaves_every_output_untouched(tmp_path, command):
     work = tmp_path / "project"
     work.mkdir()
@@ -404,13 +404,14 @@ def test_debug_shows_the_traceback(tmp_path):
     env = _env(tmp_path)
     proc = subprocess.run(["empriv", "--debug", "validate"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "ConfigError" in proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "empriv.pipeline.validate"], cwd=tmp_path, env={**env, "EMPRIV_DEBUG": "1"},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/validate_params.py")], cwd=tmp_path,
+                          env={**env, "EMPRIV_DEBUG": "1"}, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
 
 def test_a_valid_params_file_writes_a_constant_marker(tmp_path, monkeypatch):
-    from empriv.pipeline.validate import MARKER_TEXT, main
+    from empriv.pipeline.validate import MARKER_TEXT
+    from empriv.pipeline.validate import cli as main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(MINIMAL))
@@ -495,7 +496,7 @@ def test_dvc_matrix_spellings_must_match_run_names(tmp_path):
 # --------------------------------------------------------------------------- DVC stops before deleting anything
 GUARDED_DVC = """stages:
   validate:
-    cmd: python -m empriv.pipeline.validate
+    cmd: python STAGES/validate_params.py
     deps:
       - params.yaml
     outs:
@@ -512,7 +513,7 @@ GUARDED_DVC = """stages:
     metrics:
       - metrics.json:
           cache: false
-"""
+""".replace("STAGES", str(ROOT / "stages"))
 DOWNSTREAM = """import pathlib, yaml
 n = yaml.safe_load(open("params.yaml"))["data"]["n_train"]
 pathlib.Path("out.txt").write_text(f"trained on {n}\\n")

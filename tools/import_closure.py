@@ -3,17 +3,19 @@
 Every ``import empriv…`` / ``from empriv… import …`` counts, at module level or inside functions (stages import
 lazily), and a package's ``__init__.py`` counts wherever one of its modules is imported.
 
-A stage of the stage layer (``python -m empriv.pipeline.<x>``) depends on one file, its *code fingerprint*
-``.empriv/code/<x>.json``: the md5 of every file of its closure, written by the ``code`` stage (this script with
-``--fingerprints``), which depends on all of ``src/empriv``. An edit re-runs ``code`` (no torch, ~1 s); a
-fingerprint whose files did not change keeps its bytes, so DVC re-runs exactly the stages whose closure changed,
-as if each listed its files — but ``dvc.lock`` holds one entry per stage instead of ~40 (DVC re-reads and rewrites
-the whole lock file after every stage, so its size is paid once per stage: docs/timing.md). Usage:
+A stage that runs a stage script (``python stages/<x>.py``, or ``python -m empriv.infra.warm stages/<x>.py``: the
+warm worker changes no result, so it is no dep) depends on one file, its *code fingerprint* ``.empriv/code/<x>.json``:
+the md5 of the script and of every file of the closure of what it imports, written by the ``code`` stage (this
+script with ``--fingerprints``), which depends on all of ``src/empriv`` and ``stages/``. An edit re-runs ``code``
+(no torch, ~1 s); a fingerprint whose files did not change keeps its bytes, so DVC re-runs exactly the stages whose
+code changed, as if each listed its files — but ``dvc.lock`` holds one entry per stage instead of ~40 (DVC re-reads
+and rewrites the whole lock file after every stage, so its size is paid once per stage: docs/timing.md). Usage:
 
     python tools/import_closure.py empriv.pipeline.train      # prints the files, one per line
+    python tools/import_closure.py stages/train.py            # the same for a stage script (the script first)
     python tools/import_closure.py --cycles [module]           # import cycles among packages (or modules)
     python tools/import_closure.py --write-dvc                 # rewrites every stage's code deps in dvc.yaml
-    python tools/import_closure.py --fingerprints DIR          # writes DIR/<x>.json per pipeline module
+    python tools/import_closure.py --fingerprints DIR          # writes DIR/<x>.json per stage script
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
-CODE_DIR = ".empriv/code"  # the code stage's output: one fingerprint per module of the stage layer
+CODE_DIR = ".empriv/code"  # the code stage's output: one fingerprint per stage script
 CODE_STAGE = "code"
-STAGE_LAYER = "empriv.pipeline"
+STAGES_DIR = "stages"  # one thin script per dvc.yaml stage
+WARM_LAUNCHERS = ("empriv.infra.warm",)  # `python -m <launcher> <script or module> …` runs the next word
 
 
 def module_file(name: str) -> Path | None:
@@ -151,15 +154,16 @@ def cycles(level: str = "package") -> list[list[str]]:
 
 
 def stage_entry(cmd: str) -> tuple[str | None, str | None]:
-    """(module, script) a stage's command runs: ``python -m empriv.pipeline.x``, ``python -m empriv.warm
-    empriv.pipeline.x`` (the warm worker runs the next word's module; it changes no result, so it is no dep) or
-    ``python stages/x.py``."""
+    """(module, script) a stage's command runs: ``python stages/x.py``, ``python -m empriv.infra.warm stages/x.py``
+    (the warm worker runs the next word, a script or a module; it changes no result, so it is no dep) or
+    ``python -m some.module``."""
     words = " ".join(str(cmd).split()).split(" ")
     if "-m" in words:
         i = words.index("-m") + 1
-        if words[i] == "empriv.warm":
-            i += 1
-        return words[i], None
+        if words[i] not in WARM_LAUNCHERS:
+            return words[i], None
+        i += 1
+        return (None, words[i]) if words[i].endswith(".py") else (words[i], None)
     for w in words:
         if w.endswith(".py"):
             return None, w
@@ -177,13 +181,18 @@ def script_imports(script: str) -> set[str]:
     return {m for m in found if module_file(m) is not None}
 
 
+def script_closure(script: str) -> set[str]:
+    """The empriv modules a script runs: the closure of every empriv module it imports."""
+    mods: set[str] = set()
+    for r in script_imports(script):
+        mods |= closure(r)
+    return mods
+
+
 def stage_code(cmd: str) -> list[str]:
     """The code files a stage's command runs: its script (if any) and the import closure inside src/empriv."""
     module, script = stage_entry(cmd)
-    roots = {module} if module else (script_imports(script) if script else set())
-    mods: set[str] = set()
-    for r in roots:
-        mods |= closure(r)
+    mods = closure(module) if module else (script_closure(script) if script else set())
     files = sorted(str(module_file(m).relative_to(ROOT)) for m in mods)
     return ([script] if script else []) + compact(files)
 
@@ -192,31 +201,34 @@ def is_code_dep(dep: str) -> bool:
     return dep.startswith(("src/empriv", "stages/", CODE_DIR + "/"))
 
 
-def stage_layer_modules() -> list[str]:
-    """Every module of the stage layer (``empriv.pipeline.<x>``): the ones a fingerprint is written for."""
-    pkg = SRC / Path(*STAGE_LAYER.split("."))
-    return sorted(f"{STAGE_LAYER}.{p.stem}" for p in pkg.glob("*.py") if p.stem != "__init__")
+def stage_scripts() -> list[str]:
+    """Every stage script (``stages/<x>.py``, as dvc.yaml names it): the ones a fingerprint is written for."""
+    return sorted(f"{STAGES_DIR}/{p.name}" for p in (ROOT / STAGES_DIR).glob("*.py"))
 
 
-def fingerprint_path(module: str) -> str:
-    return f"{CODE_DIR}/{module.rsplit('.', 1)[-1]}.json"
+def fingerprint_path(script: str) -> str:
+    return f"{CODE_DIR}/{Path(script).stem}.json"
 
 
-def fingerprint(module: str) -> dict:
-    """The closure of ``module``: every file with the md5 of its bytes (the file changes iff one of them does)."""
-    files = sorted(module_file(m) for m in closure(module))
-    return {"module": module,
-            "files": {str(f.relative_to(ROOT)): hashlib.md5(f.read_bytes()).hexdigest() for f in files}}
+def script_files(script: str) -> list[str]:
+    """The files a stage script runs: itself and its import closure inside src/empriv (paths from the root)."""
+    return [script] + sorted(str(module_file(m).relative_to(ROOT)) for m in script_closure(script))
+
+
+def fingerprint(script: str) -> dict:
+    """The code of ``script``: every file it runs with the md5 of its bytes (the file changes iff one of them does)."""
+    return {"script": script,
+            "files": {f: hashlib.md5((ROOT / f).read_bytes()).hexdigest() for f in script_files(script)}}
 
 
 def write_fingerprints(out_dir: Path) -> list[str]:
-    """One ``<x>.json`` per stage-layer module in ``out_dir`` (each written atomically); files of modules that no
-    longer exist are removed."""
+    """One ``<x>.json`` per stage script in ``out_dir`` (each written atomically); files of scripts that no longer
+    exist are removed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for module in stage_layer_modules():
-        target = out_dir / Path(fingerprint_path(module)).name
-        text = json.dumps(fingerprint(module), indent=1, sort_keys=True) + "\n"
+    for script in stage_scripts():
+        target = out_dir / Path(fingerprint_path(script)).name
+        text = json.dumps(fingerprint(script), indent=1, sort_keys=True) + "\n"
         fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".tmp-", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -229,11 +241,10 @@ def write_fingerprints(out_dir: Path) -> list[str]:
 
 
 def stage_code_deps(cmd: str) -> list[str]:
-    """What a stage lists for its code in dvc.yaml: its fingerprint when it runs a stage-layer module, else its
-    files (a script's own stage)."""
-    module, _ = stage_entry(cmd)
-    if module and module.startswith(STAGE_LAYER + ".") and module in stage_layer_modules():
-        return [fingerprint_path(module)]
+    """What a stage lists for its code in dvc.yaml: its fingerprint when it runs a stage script, else its files."""
+    _, script = stage_entry(cmd)
+    if script in stage_scripts():
+        return [fingerprint_path(script)]
     return stage_code(cmd)
 
 
@@ -248,7 +259,7 @@ def write_dvc(path: Path = ROOT / "dvc.yaml") -> list[str]:
     doc = yaml.load(path.read_text(encoding="utf-8"))
     changed = []
     for name, stage in doc["stages"].items():
-        if name == CODE_STAGE:  # its deps are all of src/empriv and this script
+        if name == CODE_STAGE:  # its deps are all of src/empriv, stages/ and this script
             continue
         stage = stage.get("do", stage)  # a foreach stage's body
         deps = stage.get("deps")
@@ -283,7 +294,7 @@ def compact(files: list[str]) -> list[str]:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--fingerprints"] and len(sys.argv) == 3:
         names = write_fingerprints(Path(sys.argv[2]))
-        print(f"code fingerprints: {len(names)} stage-layer modules in {sys.argv[2]}")
+        print(f"code fingerprints: {len(names)} stage scripts in {sys.argv[2]}")
         raise SystemExit(0)
     if sys.argv[1:] == ["--write-dvc"]:
         print("updated:", ", ".join(write_dvc()) or "nothing")
@@ -292,5 +303,5 @@ if __name__ == "__main__":
         for c in cycles(*sys.argv[2:3]):
             print(" ↔ ".join(c))
     else:
-        for mod in sys.argv[1:]:
-            print("\n".join(closure_files(mod)))
+        for name in sys.argv[1:]:
+            print("\n".join(script_files(name) if name.endswith(".py") else closure_files(name)))

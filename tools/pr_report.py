@@ -28,7 +28,6 @@ Nothing here knows empriv's file names: metrics, params and plots are whatever d
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import os
@@ -129,19 +128,9 @@ def run_cube(root: Path, rev: str, preset: Path, work: Path) -> dict:
 
 def uncached_outputs(work: Path) -> list[str]:
     """The existing outputs declared ``cache: false`` in the worktree's dvc.yaml (paths relative to it)."""
-    from dvc.repo import Repo
+    from empriv.infra.dvc_adapter import uncached_outputs as outputs
 
-    with Repo(str(work)) as repo:
-        paths = [Path(out.fs_path).resolve() for stage in repo.index.stages for out in stage.outs if not out.use_cache]
-    return sorted(p.relative_to(work.resolve()).as_posix() for p in paths if p.exists())
-
-
-def _run_cache_objects(repo, entries) -> set:
-    """The objects (outputs, cached or not) that the run-cache ``entries`` restore."""
-    objs: set = set()
-    for hashes in repo.stage_cache.get_used_objs(entries).values():
-        objs |= hashes
-    return objs
+    return outputs(work)
 
 
 def push_run_cache(root: Path, remote: str | None = None) -> dict:
@@ -149,28 +138,24 @@ def push_run_cache(root: Path, remote: str | None = None) -> dict:
 
     ``dvc push --run-cache`` (DVC 3.67) sends the entries only, so another machine finds the record of a stage
     run but not its outputs, and runs the stage again; this sends both, with DVC's own StageCache and data
-    cloud."""
-    from dvc.repo import Repo
+    cloud (:func:`empriv.infra.dvc_adapter.push_run_cache`)."""
+    from empriv.infra.dvc_adapter import push_run_cache as push
 
-    with contextlib.chdir(root), Repo(".") as repo:  # run-cache stages are built relative to the working directory
-        entries = repo.stage_cache.push(remote)
-        result = repo.cloud.push(_run_cache_objects(repo, entries), remote=remote)
-    if result.failed:
-        raise ReportError(f"{len(result.failed)} run-cache objects could not be pushed to the DVC remote")
-    return {"entries": len(entries), "objects": len(result.transferred)}
+    moved = push(root, remote)
+    if moved.failed:
+        raise ReportError(f"{moved.failed} run-cache objects could not be pushed to the DVC remote")
+    return {"entries": moved.entries, "objects": moved.transferred}
 
 
 def fetch_run_cache(root: Path, remote: str | None = None) -> dict:
     """The remote's run-cache entries and the objects they restore, into ``root``'s DVC cache: a later
     ``dvc repro`` against that cache restores those stage runs instead of running them."""
-    from dvc.repo import Repo
+    from empriv.infra.dvc_adapter import pull_run_cache
 
-    with contextlib.chdir(root), Repo(".") as repo:  # run-cache stages are built relative to the working directory
-        entries = repo.stage_cache.pull(remote)
-        result = repo.cloud.pull(_run_cache_objects(repo, entries), remote=remote)
-    if result.failed:
-        raise ReportError(f"{len(result.failed)} run-cache objects are missing on the DVC remote")
-    return {"entries": len(entries), "objects": len(result.transferred)}
+    moved = pull_run_cache(root, remote)
+    if moved.failed:
+        raise ReportError(f"{moved.failed} run-cache objects are missing on the DVC remote")
+    return {"entries": moved.entries, "objects": moved.transferred}
 
 
 # ----------------------------------------------------------------------------- markdown tables, trimmed by rows

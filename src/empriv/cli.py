@@ -116,7 +116,7 @@ def _study_collect(args) -> int:
 def _wandb_write(args) -> int:
     import logging
 
-    from empriv.tracking import write_offline_runs
+    from empriv.infra.tracking import write_offline_runs
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     written = write_offline_runs(args.root, force=args.all)
@@ -125,7 +125,7 @@ def _wandb_write(args) -> int:
 
 
 def _sweep(args) -> int:
-    from empriv.sweep import run_sweep, summary_line
+    from empriv.infra.sweep import run_sweep, summary_line
 
     def split(values):
         return None if values is None else [v for value in values for v in value.split(",") if v]

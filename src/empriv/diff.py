@@ -162,9 +162,9 @@ def read_metrics_file(root: Path, path: str, rev: str | None) -> dict | None:
     if proc.returncode == 0:
         return json.loads(proc.stdout)
     try:  # a metrics file kept in DVC's cache rather than in git
-        import dvc.api
+        from empriv.infra.dvc_adapter import read_at_revision
 
-        return json.loads(dvc.api.read(path, repo=str(root), rev=rev))
+        return json.loads(read_at_revision(root, path, rev))
     except Exception:  # noqa: BLE001 - absent at that revision
         return None
 

@@ -1,8 +1,10 @@
-"""Atomic file output: a stage that fails leaves either the old file or nothing, never half a file."""
+"""Atomic file output: a stage that fails leaves either the old file or nothing, never half a file; JSON(L) reading
+and writing; a file's content digest."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -108,3 +110,10 @@ def read_jsonl(path: str | Path) -> list[dict]:
 def parse_float(value: Any) -> float:
     """Inverse of the JSON encoding above for numbers (``"inf"`` → ``math.inf``)."""
     return float(value)
+
+
+def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes (read in blocks, never whole into memory) by ``algorithm`` (a :mod:`hashlib`
+    name: ``"sha256"``, ``"md5"`` as DVC records its outputs, …)."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, algorithm).hexdigest()

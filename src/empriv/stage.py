@@ -1,4 +1,9 @@
-"""Shared plumbing for the thin entry scripts in ``stages/``: params, logging, threads, errors."""
+"""Shared plumbing of the stage processes: params, logging, threads, cost records, errors.
+
+Each ``dvc.yaml`` stage runs a thin script, ``stages/<stage>.py``, that passes its command line to
+``empriv.pipeline.<stage>.cli``; ``cli`` parses the arguments and runs the stage's ``main`` through
+:func:`run_stage` (load and validate params, log, record the cost, turn a user error into exit status 2). The model
+stages' scripts run in a warm worker (``python -m empriv.infra.warm stages/<stage>.py …``; same results)."""
 
 from __future__ import annotations
 
@@ -37,15 +42,16 @@ def peak_memory() -> dict:
     return out
 
 
-def record_cost(started: float, log_path: str | None = None) -> dict:
+def record_cost(started: float, log_path: str | None = None, stage: str | None = None) -> dict:
     """Wall time, CPU time and peak memory (RSS) of this stage process; appended as one JSON line to
-    ``$EMPRIV_TIMING_LOG`` when that is set (the preset studies use it), never into DVC outputs."""
+    ``$EMPRIV_TIMING_LOG`` when that is set (the preset studies use it), never into DVC outputs. The record's name is
+    ``stage`` (default: the script's name) and the cube point of the command line."""
     import json
     import resource
     import time
 
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    name = Path(sys.argv[0]).stem
+    name = stage or Path(sys.argv[0]).stem
     if "--name" in sys.argv[1:-1]:
         name += "@" + sys.argv[sys.argv.index("--name") + 1]
     if "--unit" in sys.argv[1:-1] and sys.argv[sys.argv.index("--unit") + 1] != "record":
@@ -72,7 +78,18 @@ def debug_enabled() -> bool:
     return os.environ.get("EMPRIV_DEBUG", "") not in ("", "0")
 
 
-def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.yaml") -> None:
+def run_without_arguments(main: Callable[[Params], None], description: str | None,
+                          argv: list[str] | None = None) -> None:
+    """The command line of a stage that takes no arguments: ``--help`` prints ``description``, anything else is a
+    usage error (status 2); then :func:`run_stage`."""
+    import argparse
+
+    argparse.ArgumentParser(description=description).parse_args(argv)
+    run_stage(main, stage=main.__module__.rsplit(".", 1)[-1])  # the stage's name (stages/mine_secrets.py: secrets)
+
+
+def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.yaml", *,
+              stage: str | None = None) -> None:
     """Load and validate params, then run ``main``. A user error — invalid params or inputs (:class:`ConfigError`),
     a missing input file, a file or directory it may not write, a library's ``ValueError`` naming a bad value —
     exits 2 with one ``error: …`` line per problem and no traceback (``EMPRIV_DEBUG=1`` shows it); anything else is
@@ -84,7 +101,7 @@ def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.
     try:
         params = load_params(params_path)
         main(params)
-        record_cost(started)
+        record_cost(started, stage=stage)
     except (ConfigError, FileNotFoundError, PermissionError, ValueError) as err:
         if debug_enabled():
             raise

@@ -165,7 +165,7 @@ def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int 
             proc = subprocess.run(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
             if proc.returncode:
                 break
-        subprocess.run([sys.executable, "-m", "empriv.warm", "--stop"], cwd=work, env=env, stdout=log,
+        subprocess.run([sys.executable, "-m", "empriv.infra.warm", "--stop"], cwd=work, env=env, stdout=log,
                        stderr=subprocess.STDOUT, text=True)
     wall = time.time() - started
     study = collect(name, root, raw=raw, commit=commit, exit_code=proc.returncode, wall_time_s=wall)

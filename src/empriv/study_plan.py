@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from empriv.config import ConfigError, Params, RunConfig, is_local_base, parse_params
+from empriv.config import ConfigError, Params, RunConfig, is_local_base, method_traits, parse_params
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def cpu_flops_per_s() -> float:
 
 
 def _full(params: Params, method: str) -> bool:
-    return params.for_method(method).train.method == "full"
+    return method_traits(params.for_method(method).train.method).trains_all_weights
 
 
 def trainable_params(params: Params, size: ModelSize, method: str) -> int:

@@ -497,3 +497,7 @@ def test_wrappers_expose_the_base():
     assert isinstance(prefix, PrefixTunedLM) and isinstance(prompt, PromptTunedLM)
     assert prefix.config is prefix.base.config and prompt.config.model_type == "gpt2"
     assert prompt.n_virtual == P and prefix.prefix.layers == (0, 1, 2)
+    for model in (prefix, prompt):  # the shared FrozenBaseLM: the base's embeddings, its parameters first
+        assert model.get_input_embeddings() is model.base.get_input_embeddings()
+        names = [n for n, _ in model.named_parameters()]
+        assert names[0].startswith("base.") and not names[-1].startswith("base.")

@@ -5,6 +5,7 @@ import io
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,12 +84,12 @@ def test_profile_rows_carry_the_configuration_and_the_target(params, tmp_path):
     assert len(sigma) == 4 and all(len(v) == 1 for v in sigma.values())  # one σ per configuration and accountant
 
 
-def test_stage_runs_as_a_module(tmp_path):
+def test_stage_runs_as_its_script(tmp_path):
     (tmp_path / "params.yaml").write_text(
         "data: {n_train: 1000}\nprivacy: {delta: 1.0e-5}\n"
         "cube: {epsilon: [8], batch_size: [100], steps: [4], learning_rate: [0.001], seed: [0]}\n")
-    r = subprocess.run([sys.executable, "-m", "empriv.pipeline.profiles"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300)
+    script = Path(__file__).resolve().parents[2] / "stages/profiles.py"  # as dvc.yaml runs it
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "plots" / "profiles").iterdir()) == ["eps8.png", "profiles.csv"]
     assert len(list((tmp_path / paths.CALIBRATION_CACHE).glob("*.json"))) == 1  # the project's cache

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+STAGES = ROOT / "stages"  # the stage scripts dvc.yaml runs
 VENV_BIN = Path(sys.executable).parent
 CUBE = {"epsilon": [8], "batch_size": [8], "steps": [1], "learning_rate": [0.01], "seed": [0], "unit": ["record"],
         "method": ["full"]}

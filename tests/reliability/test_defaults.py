@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from reliability_project import CUBE, env
+from reliability_project import CUBE, STAGES, env
 
 PARAMS = """# my study
 data:
@@ -26,7 +26,7 @@ audit:
 """
 DVC_YAML = """stages:
   validate:
-    cmd: python -m empriv.pipeline.validate --fill-defaults
+    cmd: python STAGES/validate_params.py --fill-defaults
     deps:
       - params.yaml
     outs:
@@ -42,7 +42,7 @@ DVC_YAML = """stages:
       - runtime.threads
     outs:
       - trained.txt
-"""
+""".replace("STAGES", str(STAGES))
 
 
 def _write(work, text):

@@ -8,11 +8,11 @@ import subprocess
 import pytest
 import yaml
 
-from reliability_project import CUBE, env, write_enron_csv
+from reliability_project import CUBE, STAGES, env, write_enron_csv
 
 DVC_YAML = """stages:
   validate:
-    cmd: python -m empriv.pipeline.validate
+    cmd: python STAGES/validate_params.py
     deps:
       - params.yaml
     outs:
@@ -21,7 +21,7 @@ DVC_YAML = """stages:
   input:
     foreach: ${inputs}
     do:
-      cmd: python -m empriv.pipeline.inputs --key ${key}
+      cmd: python STAGES/inputs.py --key ${key}
       deps:
         - .empriv/params.ok
         - ${item}
@@ -37,7 +37,7 @@ DVC_YAML = """stages:
       - data
     outs:
       - prepared.txt
-"""
+""".replace("STAGES", str(STAGES))
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from reliability_project import email, snapshot, write_enron_csv, write_tofu_jsonl
+from reliability_project import STAGES, email, snapshot, write_enron_csv, write_tofu_jsonl
 
 
 def _hf_env(tmp_path, **extra) -> dict:
@@ -216,7 +216,7 @@ def test_the_input_stage_checks_its_file_before_its_dependents_run(project):
     assert project.validate().returncode == 0
     path.write_text(path.read_text().split("allen-p/sent/5.")[0].rsplit("\n", 1)[0] + "\n")  # 5 e-mails left
     before = snapshot(project.root)
-    proc = project.run(sys.executable, "-m", "empriv.pipeline.inputs", "--key", "corpus")
+    proc = project.run(sys.executable, str(STAGES / "inputs.py"), "--key", "corpus")
     line = project.fails_with_one_line(proc, before)
     assert "the corpus gives 5 cleaned training e-mails" in line
 
@@ -245,7 +245,7 @@ def test_a_stage_that_cannot_write_its_record_fails_in_one_line_before_training(
     blocker.parent.mkdir(exist_ok=True)
     blocker.write_text("a file where the records directory should be\n")  # (chmod would not stop root)
     before = snapshot(project.root)
-    proc = project.run(sys.executable, "-m", f"empriv.pipeline.{stage}", "--name", "eps8-b8-T1-lr0.01-s0", "--epsilon",
+    proc = project.run(sys.executable, str(STAGES / f"{stage}.py"), "--name", "eps8-b8-T1-lr0.01-s0", "--epsilon",
                        "8", "--batch-size", "8", "--steps", "1", "--learning-rate", "0.01", "--seed", "0")
     line = project.fails_with_one_line(proc, before)
     assert line.startswith(f"error: records/{stage}/record/full: cannot write eps8-b8-T1-lr0.01-s0.json there "), line

@@ -16,7 +16,7 @@ from empriv.score.memorization import (
     verbatim_memorization_ratio,
 )
 from empriv.score.perturb import perturb
-from empriv.secrets.mining import split_secret
+from empriv.secrets.records import split_secret
 from tiny_models import tiny_gpt2, train_to_memorise
 
 SECRET = "Rita Mcconnell\nEB 5781\n713-345-6593"

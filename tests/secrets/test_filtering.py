@@ -7,7 +7,7 @@ import torch
 from empriv.config import ConfigError, parse_params
 from empriv.models.tokenizer import train_bpe
 from empriv.secrets.filtering import filter_secrets, greedy_text
-from empriv.secrets.mining import split_secret
+from empriv.secrets.records import split_secret
 from tiny_models import tiny_gpt2, train_to_memorise
 
 SECRET = "Forwarded by Stacy B Dasovich/CAL/Enron"

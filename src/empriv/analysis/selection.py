@@ -26,7 +26,10 @@ configurations that have one; how many were left out is reported (``n_points_wit
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from empriv.analysis.heuristics import REL_TOL
 
@@ -78,40 +81,48 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
+def _keep_per_group(points: list[dict], steps: list[dict], *, step: str, group_key: Callable[[dict], Hashable],
+                    column: str, pick: Callable, same: Callable[[Any, Any], bool],
+                    describe: Callable[[Hashable, Any], tuple[str, str]]) -> list[dict]:
+    """Algorithm 1's grouping steps: the points grouped by ``group_key`` (in order of first appearance); in each group
+    the points whose ``column`` is ``same`` as the group's ``pick`` (min or max) of it are kept, the others discarded,
+    and a group that discards any is noted in ``steps`` with ``describe(key, picked value)`` = (group, reason)."""
+    groups: dict[Hashable, list[dict]] = {}
+    for p in points:
+        groups.setdefault(group_key(p), []).append(p)
+    remaining = []
+    for key, g in groups.items():
+        best = pick(p[column] for p in g)
+        keep = [p for p in g if same(p[column], best)]
+        drop = [p for p in g if p not in keep]
+        remaining += keep
+        if drop:
+            group, reason = describe(key, best)
+            steps.append({"step": step, "group": group, "kept": [point_label(p) for p in keep],
+                          "discarded": [point_label(p) for p in drop], "reason": reason})
+    return remaining
+
+
 def select_configuration(pool, utility: str = "test_nll") -> Selection:
     """Algorithm 1 on ``pool`` (one row per configuration). Returns the pick and every step's discards."""
     pts = _points(pool, utility)
     steps: list[dict] = []
 
     # Step 1 (updates): per U, keep the minimal η
-    groups: dict[float, list[dict]] = {}
-    for p in pts:
-        groups.setdefault(_key(p["update"]), []).append(p)
-    remaining = []
-    for u, g in groups.items():
-        eta = min(p["learning_rate"] for p in g)
-        keep = [p for p in g if math.isclose(p["learning_rate"], eta, rel_tol=REL_TOL)]
-        drop = [p for p in g if p not in keep]
-        remaining += keep
-        if drop:
-            steps.append({"step": "updates", "group": f"U={_fmt(u)}", "kept": [point_label(p) for p in keep],
-                          "discarded": [point_label(p) for p in drop],
-                          "reason": f"same updates U={_fmt(u)}: a smaller learning rate (η={eta:g}) is expected to be more private"})
+    remaining = _keep_per_group(
+        pts, steps, step="updates", group_key=lambda p: _key(p["update"]), column="learning_rate", pick=min,
+        same=lambda x, best: math.isclose(x, best, rel_tol=REL_TOL),
+        describe=lambda u, eta: (f"U={_fmt(u)}",
+                                 f"same updates U={_fmt(u)}: a smaller learning rate (η={eta:g}) is expected to be "
+                                 "more private"))
 
     # Step 2 (compute): per (U, C), keep the maximal b
-    groups2: dict[tuple, list[dict]] = {}
-    for p in remaining:
-        groups2.setdefault((_key(p["update"]), _key(p["compute"])), []).append(p)
-    remaining = []
-    for (u, c), g in groups2.items():
-        b = max(p["batch_size"] for p in g)
-        keep = [p for p in g if p["batch_size"] == b]
-        drop = [p for p in g if p not in keep]
-        remaining += keep
-        if drop:
-            steps.append({"step": "compute", "group": f"U={_fmt(u)}, C={_fmt(c)}", "kept": [point_label(p) for p in keep],
-                          "discarded": [point_label(p) for p in drop],
-                          "reason": f"same updates and compute C={_fmt(c)}: a larger batch size (b={b}) is expected to be more private"})
+    remaining = _keep_per_group(
+        remaining, steps, step="compute", group_key=lambda p: (_key(p["update"]), _key(p["compute"])),
+        column="batch_size", pick=max, same=operator.eq,
+        describe=lambda uc, b: (f"U={_fmt(uc[0])}, C={_fmt(uc[1])}",
+                                f"same updates and compute C={_fmt(uc[1])}: a larger batch size (b={b}) is expected "
+                                "to be more private"))
 
     # Step 3 (individual): discard points dominated by another remaining point
     def dominates(q: dict, p: dict) -> bool:  # q has every hyperparameter ≤ p's, one strictly

@@ -46,7 +46,7 @@ def canary_bytes(canary, tokenizer=None) -> bytes:
 
 def canary_losses(model, canaries: Sequence, eos_id: int, seq_len: int, loss: str, batch_size: int = 256, bar=None):
     """(per-token NLL [N, L−1], counted-token mask [N, L−1]) of ``canaries`` under ``model``; ``bar``
-    (:func:`empriv.progress.progress`) is advanced by the number of canaries scored, batch by batch."""
+    (:func:`empriv.infra.progress.progress`) is advanced by the number of canaries scored, batch by batch."""
     from empriv.secrets.canaries import encode_canaries
 
     ids, mask = encode_canaries(canaries, eos_id, seq_len, loss)
@@ -74,7 +74,7 @@ def audit_canaries(model, reference, canary_set, *, eos_id: int, seq_len: int, d
     audit, population = canary_set.audit, canary_set.population
     if score == "rmia" and not population:
         raise ValueError("audit.score 'rmia' needs population canaries (canaries.n_population > 0)")
-    from empriv.progress import progress
+    from empriv.infra.progress import progress
 
     labels = np.array([bool(c.member) for c in audit])
     loss_kind = canary_set.loss

@@ -43,11 +43,7 @@ def _cmd_epsilon(args) -> None:
     data = {"epsilon_lower_bound": eps, "canaries": args.canaries, "guesses": args.guesses, "correct": args.correct,
             "delta": args.delta, "confidence": args.confidence,
             "p_value_at_bound": one_run_p_value(args.canaries, args.guesses, args.correct, eps, args.delta)}
-    if args.json:
-        print(json.dumps(data, indent=2, sort_keys=True))
-    else:
-        print(f"epsilon lower bound = {eps:.4f}  ({args.correct}/{args.guesses} correct guesses, "
-              f"{args.canaries} canaries, delta {args.delta:g}, confidence {args.confidence:g})")
+    _print_bound(args, data, f"{args.correct}/{args.guesses} correct guesses, {args.canaries} canaries")
 
 
 def _cmd_clopper_pearson(args) -> None:
@@ -56,11 +52,16 @@ def _cmd_clopper_pearson(args) -> None:
     eps = clopper_pearson_epsilon_lower_bound(args.tp, args.fn, args.fp, args.tn, args.delta, args.confidence)
     data = {"epsilon_lower_bound": eps, "tp": args.tp, "fn": args.fn, "fp": args.fp, "tn": args.tn,
             "delta": args.delta, "confidence": args.confidence}
+    _print_bound(args, data, f"Clopper-Pearson, TP {args.tp} FN {args.fn} FP {args.fp} TN {args.tn}")
+
+
+def _print_bound(args, data: dict, evidence: str) -> None:
+    """``data`` as JSON with ``--json``, else one line: the bound, then ``evidence``, δ and the confidence."""
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
     else:
-        print(f"epsilon lower bound = {eps:.4f}  (Clopper-Pearson, TP {args.tp} FN {args.fn} FP {args.fp} TN {args.tn}, "
-              f"delta {args.delta:g}, confidence {args.confidence:g})")
+        print(f"epsilon lower bound = {data['epsilon_lower_bound']:.4f}  ({evidence}, delta {args.delta:g}, "
+              f"confidence {args.confidence:g})")
 
 
 def run(args) -> int:

@@ -7,7 +7,7 @@ numbers must be finite (ε may be ``inf``: non-private), unknown keys are reject
 "did you mean" suggestion, and files the params name must exist. ``params.yaml`` is read with
 ruamel.yaml, the YAML 1.2 parser DVC itself uses, so ``1e-2`` means the same number to DVC and to empriv.
 
-The package holds one module per concern (``errors``, ``values``, ``rendering``, ``data``, ``training``, ``cube``, ``scoring``,
+The package holds one module per concern (``errors``, ``values``, ``rendering``, ``data``, ``methods``, ``training``, ``cube``, ``scoring``,
 ``auditing``, ``infra``, ``params``, ``runs``, ``loading``); every name is importable from ``empriv.config`` as before.
 """
 
@@ -24,6 +24,9 @@ from empriv.config.rendering import (  # noqa: F401
 )
 from empriv.config.data import (  # noqa: F401
     RuntimeParams, DataParams, TokenizerParams, BaseParams, SecretsParams,
+)
+from empriv.config.methods import (  # noqa: F401
+    BUILTIN, MethodTraits, UnknownMethodError, declare, forget, method_names, method_traits,
 )
 from empriv.config.training import (  # noqa: F401
     PrivacyParams, LoraParams, ADAPTATION_METHODS, PrefixParams, PromptParams, HeadParams, DPFlatParams, DPZeroParams, VariantParams, TrainParams,

@@ -54,7 +54,7 @@ class CubeParams(_CubeAxes):
     learning_rate: list[int | float]
     seed: list[int]
     unit: list[str] = ["record"]  # privacy units (empriv/privacy_unit.py): record, group-k5-longest, userwise-k10-chunk
-    method: list[str] = ["full"]  # adaptation methods (ADAPTATION_METHODS) or train.variants names
+    method: list[str] = ["full"]  # training methods (config.methods) or train.variants names
 
     @field_validator("unit")
     @classmethod

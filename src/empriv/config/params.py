@@ -15,7 +15,8 @@ from empriv.config.errors import ConfigError, ParamError, _did_you_mean
 from empriv.config.infra import SweepParams
 from empriv.config.runs import RunConfig
 from empriv.config.scoring import AnalyzeParams, ScoreParams
-from empriv.config.training import ADAPTATION_METHODS, PrivacyParams, TrainParams
+from empriv.config.methods import method_names, method_traits
+from empriv.config.training import PrivacyParams, TrainParams, VariantParams
 from empriv.config.values import RAW_INPUTS, _Section, expected_inputs
 
 
@@ -57,15 +58,16 @@ class Params(_Section):
         for where, cube in (("cube", self.cube), ("audit.cube", self.audit.cube),
                             ("adaptation_audit.cube", self.adaptation_audit.cube)):
             for i, name in enumerate(cube.method):
-                if name not in ADAPTATION_METHODS and name not in t.variants:
-                    known = ADAPTATION_METHODS + tuple(t.variants)
+                if name not in method_names() and name not in t.variants:
+                    known = method_names() + tuple(t.variants)
                     raise ParamError("unknown method" + _did_you_mean(name, known), name,
-                                     f"{', '.join(ADAPTATION_METHODS)}, or a train.variants name", key=f"{where}.method[{i}]")
+                                     f"{', '.join(method_names())}, or a train.variants name", key=f"{where}.method[{i}]")
         aa = self.adaptation_audit.cube
         for name in dict.fromkeys([*self.cube.method, *self.audit.cube.method, *(aa.method if aa.dataset else [])]):
             resolved = self.for_method(name).train
-            if resolved.dpflat.enabled and resolved.method != "prefix":
-                what = "train.dpflat" if name in ADAPTATION_METHODS or self.train.variants[name].dpflat is None \
+            traits = method_traits(resolved.method)
+            if resolved.dpflat.enabled and "dpflat" not in traits.modes:
+                what = "train.dpflat" if name in method_names() or self.train.variants[name].dpflat is None \
                     else f"train.variants.{name}.dpflat"
                 raise ParamError(f"DP-Flat switches (awp, layer_elimination, kd) need prefix tuning, but cube method "
                                  f"{name!r} trains {resolved.method!r}", resolved.method,
@@ -77,7 +79,7 @@ class Params(_Section):
                 raise ParamError(f"E (AWP steps) must be <= T = {min(steps)}, the fewest steps of a cube run with "
                                  f"method {name!r}", resolved.dpflat.awp_steps, f"an integer in [0, {min(steps)}]",
                                  key="train.dpflat.awp_steps")
-            virtual = {"prompt": resolved.prompt.n_virtual, "dpzero": resolved.dpzero.n_prompt}.get(resolved.method)
+            virtual = traits.virtual_tokens(resolved)
             b = self.base
             if virtual and b.name == "tiny-gpt2" and b.seq_len + virtual > (b.n_positions or b.seq_len):
                 raise ParamError(f"cube method {name!r} puts {virtual} virtual tokens before base.seq_len = {b.seq_len} "
@@ -96,14 +98,14 @@ class Params(_Section):
         ``train.variants`` entry replaces the train sections it names. Every stage trains, scores and audits a run
         through ``params.for_method(run.method)``, so library code reads ``params.train.method``."""
         t = self.train
-        if name in ADAPTATION_METHODS:
+        if name in method_names():
             return self.model_copy(update={"train": t.model_copy(update={"method": name, "variant": None})})
         if name not in t.variants:
-            raise ConfigError(f"cube.method: unknown method {name!r} (allowed: {', '.join(ADAPTATION_METHODS)}, or a "
+            raise ConfigError(f"cube.method: unknown method {name!r} (allowed: {', '.join(method_names())}, or a "
                               "train.variants name)")
         v = t.variants[name]
         update = {"method": v.method, "variant": name}
-        for section in ("lora", "prefix", "prompt", "head", "dpflat", "dpzero"):
+        for section in (f for f in VariantParams.model_fields if f != "method"):  # the train sections it may replace
             if getattr(v, section) is not None:
                 update[section] = getattr(v, section)
         return self.model_copy(update={"train": t.model_copy(update=update)})

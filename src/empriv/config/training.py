@@ -1,5 +1,5 @@
 """Sections of training: ``privacy`` (δ, accountant, user-level accounting) and ``train`` with its methods'
-settings (LoRA, prefix, prompt, head, DP-Flat, DPZero, variants); the list of adaptation methods."""
+settings (LoRA, prefix, prompt, head, DP-Flat, DPZero, variants). The methods' names: :mod:`empriv.config.methods`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from empriv.config.errors import ParamError
+from empriv.config.errors import ParamError, _did_you_mean
+from empriv.config.methods import BUILTIN, method_names
 from empriv.config.values import _Section
 
 
@@ -37,7 +38,14 @@ class LoraParams(_Section):
     target_modules: list[str] | None = None  # null: the architecture's default (models/adapters.py LORA_TARGET_MODULES)
 
 
-ADAPTATION_METHODS = ("full", "lora", "prefix", "prompt", "head", "dpzero")
+ADAPTATION_METHODS = tuple(BUILTIN)  # the shipped training methods (config.methods; method_names() adds registered ones)
+
+
+def _check_method(v: str) -> str:
+    """A training method's name must be declared (config.methods: shipped, or registered by empriv.train.methods)."""
+    if v not in method_names():
+        raise ParamError("unknown method" + _did_you_mean(v, method_names()), v, ", ".join(method_names()))
+    return v
 
 
 class PrefixParams(_Section):
@@ -111,7 +119,7 @@ class DPZeroParams(_Section):
 class VariantParams(_Section):
     """A named ``cube.method`` value: an adaptation method and the train sections it uses instead of the defaults."""
 
-    method: Literal["full", "lora", "prefix", "prompt", "head", "dpzero"]
+    method: str
     lora: LoraParams | None = None
     prefix: PrefixParams | None = None
     prompt: PromptParams | None = None
@@ -119,11 +127,16 @@ class VariantParams(_Section):
     dpflat: DPFlatParams | None = None
     dpzero: DPZeroParams | None = None
 
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: str) -> str:
+        return _check_method(v)
+
 
 class TrainParams(_Section):
     # The adaptation of the run being trained: set from the run's cube.method (Params.for_method), never in
     # params.yaml (the cube's axis is cube.method). ``variant``: the cube.method name when it is a train.variants entry.
-    method: Literal["full", "lora", "prefix", "prompt", "head", "dpzero"] = Field("full", exclude=True)
+    method: str = Field("full", exclude=True)
     variant: str | None = Field(None, exclude=True)
     optimizer: Literal["adam", "sgd"] = "adam"
     clip_norm: float = Field(1.0, gt=0)
@@ -153,13 +166,18 @@ class TrainParams(_Section):
     @classmethod
     def _variant_names(cls, v: dict) -> dict:
         for name in v:
-            if name in ADAPTATION_METHODS:
+            if name in method_names():
                 raise ParamError("a variant may not reuse a built-in method's name", name,
-                                 f"a new name (built-in: {', '.join(ADAPTATION_METHODS)})")
+                                 f"a new name (built-in: {', '.join(method_names())})")
             if not re.fullmatch(r"[a-z][a-z0-9_]*(-[a-z0-9_]+)*", name):
                 raise ParamError("not a valid method name (lower-case letters, digits, _ and -; it names files)",
                                  name, "e.g. dpflat-strict")
         return v
+
+    @field_validator("method")
+    @classmethod
+    def _method(cls, v: str) -> str:
+        return _check_method(v)
 
     @field_validator("micro_batch_size", mode="before")
     @classmethod

@@ -53,6 +53,8 @@ from email.policy import compat32
 from pathlib import Path
 from typing import TypeVar
 
+from empriv.checks import require_int
+
 T = TypeVar("T")
 
 BOILERPLATE_PATTERNS: dict[str, str] = {
@@ -350,12 +352,9 @@ def clean_enron(
     min_tokens: int = 30,
 ) -> CleanedEnron:
     """Appendix B.1 cleaning (see the module docstring), returning the splits and every step's count."""
-    if not isinstance(top_n, int) or top_n < 1:
-        raise ValueError(f"top_n must be an integer >= 1, got {top_n!r}")
-    if not isinstance(max_tabs, int) or max_tabs < 0:
-        raise ValueError(f"max_tabs must be an integer >= 0, got {max_tabs!r}")
-    if not isinstance(min_tokens, int) or min_tokens < 0:
-        raise ValueError(f"min_tokens must be an integer >= 0, got {min_tokens!r}")
+    top_n = require_int("top_n", top_n, 1)
+    max_tabs = require_int("max_tabs", max_tabs, 0)
+    min_tokens = require_int("min_tokens", min_tokens, 0)
     _check_fractions(fractions)
     counts: OrderedDict[str, int] = OrderedDict()
     counts["loaded"] = len(emails)

@@ -277,7 +277,7 @@ def record_mean_nll(model, record_tokens: Sequence[Sequence[int]], *, eos_id: in
     import torch
 
     from empriv.models.lm import encode_fixed, per_sample_mean_nll
-    from empriv.progress import progress
+    from empriv.infra.progress import progress
 
     eos_id = _check_int("eos_id", eos_id, 0)
     seq_len = _check_int("seq_len", seq_len, 2)

@@ -54,6 +54,7 @@ import numbers
 import torch
 from torch import nn
 
+from empriv.config.methods import BUILTIN
 from empriv.models.conv1d import conv1d_to_linear
 from empriv.models.lora import prepare_for_finetuning
 from empriv.models.per_sample import DPStepStats, dp_step, per_sample_gradients
@@ -61,7 +62,9 @@ from empriv.models.prefix import PREFIX_ARCHITECTURES, PrefixEncoder, PrefixTune
 from empriv.models.prompt import PromptTunedLM
 from empriv.models.virtual_tokens import VirtualTokens, random_token_ids, register_grad_samplers
 
-METHODS = ("full", "lora", "prefix", "prompt", "head")
+# the shipped methods that adapt the model's own forward pass (all but the black-box ones: DPZero's prompt is a tensor
+# beside the base, empriv.train.methods.dpzero)
+METHODS = tuple(name for name, traits in BUILTIN.items() if not traits.black_box)
 HEAD_TARGETS = ("lm_head", "last_block")
 
 

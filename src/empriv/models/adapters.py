@@ -17,6 +17,7 @@ from pathlib import Path
 
 from torch import nn
 
+from empriv.config.methods import BUILTIN, method_traits
 from empriv.models.conv1d import conv1d_to_linear, linear_to_conv1d
 from empriv.models.lora import (LORA_TARGET_MODULES, METHODS, lora_target_modules, prepare_for_finetuning,
                                 trainable_parameters)
@@ -33,7 +34,8 @@ def _is_gpt2(model: nn.Module) -> bool:
 
 ADAPTER_SPEC = "empriv_adapter.json"
 ADAPTER_WEIGHTS = "empriv_adapter.safetensors"
-VIRTUAL_TOKEN_METHODS = ("prefix", "prompt", "dpzero")  # saved as empriv adapters (peft cannot hold a layer-sparse prefix)
+# saved as empriv adapters (peft cannot hold a layer-sparse prefix): config.methods' saved_as "virtual_tokens"
+VIRTUAL_TOKEN_METHODS = tuple(name for name, traits in BUILTIN.items() if traits.saved_as == "virtual_tokens")
 
 
 def _save_virtual_tokens(model: nn.Module, directory: Path, base_directory, include_base: bool) -> None:
@@ -70,7 +72,8 @@ def _save_virtual_tokens(model: nn.Module, directory: Path, base_directory, incl
 def save_finetuned(model: nn.Module, method: str, directory: str | Path, *, tokenizer_dir: str | Path | None = None,
                    base_directory: str | Path | None = None, include_base: bool = False) -> None:
     """Save full weights (GPT-2 as a standard GPT-2 again), the LoRA adapter, or a prefix/prompt adapter, as
-    safetensors. ``head`` is saved as a full model (its LM head untied: ``tie_word_embeddings`` false).
+    safetensors. ``head`` is saved as a full model (its LM head untied: ``tie_word_embeddings`` false). ``method``
+    names a training method; its traits (:mod:`empriv.config.methods`, ``saved_as``) say which of these it is.
 
     ``tokenizer_dir``: copy its Hugging Face tokenizer files next to the weights. ``base_directory``:
     for an adapter, record the base's absolute path, so peft's ``AutoPeftModelForCausalLM`` finds it
@@ -78,9 +81,10 @@ def save_finetuned(model: nn.Module, method: str, directory: str | Path, *, toke
     ``include_base`` (prefix/prompt): save the wrapped base model in the same directory (audit models).
     """
     directory = Path(directory)
-    if method in VIRTUAL_TOKEN_METHODS:
+    saved_as = method_traits(method).saved_as  # how the method's model is saved (config.methods)
+    if saved_as == "virtual_tokens":
         _save_virtual_tokens(model, directory, base_directory, include_base)
-    elif method in ("full", "head"):
+    elif saved_as == "model":
         gpt2 = _is_gpt2(model)
         if gpt2:
             linear_to_conv1d(model)

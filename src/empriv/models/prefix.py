@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from empriv.models.virtual_tokens import VirtualTokens
+from empriv.models.virtual_tokens import FrozenBaseLM, VirtualTokens
 
 #: ``config.model_type`` values whose attention modules carry ``layer_idx`` and dispatch through
 #: transformers' AttentionInterface with the forward's keyword arguments (checked by the tests for both).
@@ -134,7 +134,7 @@ class PrefixEncoder(nn.Module):
         return {layer: (kv[j, 0], kv[j, 1]) for j, layer in enumerate(self.layers)}
 
 
-class PrefixTunedLM(nn.Module):
+class PrefixTunedLM(FrozenBaseLM):
     """A frozen causal LM (``base``) with a trainable :class:`PrefixEncoder` (``prefix``) in its attention.
 
     ``forward`` takes the base's arguments (and returns its output: logits over the real tokens) plus
@@ -142,16 +142,8 @@ class PrefixTunedLM(nn.Module):
     """
 
     def __init__(self, base: nn.Module, prefix: PrefixEncoder):
-        super().__init__()
-        self.base = base
+        super().__init__(base)
         self.prefix = prefix
-
-    @property
-    def config(self):
-        return self.base.config
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.base.get_input_embeddings()
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
                 inputs_embeds=None, use_cache=None, prefix_attention_mask=None, **kwargs):

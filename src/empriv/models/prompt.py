@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from empriv.models.virtual_tokens import VirtualTokens
+from empriv.models.virtual_tokens import FrozenBaseLM, VirtualTokens
 
 
-class PromptTunedLM(nn.Module):
+class PromptTunedLM(FrozenBaseLM):
     """A frozen causal LM (``base``) with P trainable input embeddings (``prompt``) before every sequence.
 
     The virtual tokens sit at positions 0..P−1; a caller's ``position_ids`` (default 0..L−1) are those
@@ -20,20 +20,12 @@ class PromptTunedLM(nn.Module):
     """
 
     def __init__(self, base: nn.Module, prompt: VirtualTokens):
-        super().__init__()
-        self.base = base
+        super().__init__(base)
         self.prompt = prompt
-
-    @property
-    def config(self):
-        return self.base.config
 
     @property
     def n_virtual(self) -> int:
         return self.prompt.weight.shape[0]
-
-    def get_input_embeddings(self) -> nn.Module:
-        return self.base.get_input_embeddings()
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, past_key_values=None,
                 inputs_embeds=None, use_cache=None, **kwargs):

@@ -102,7 +102,7 @@ def load_model(directory: str | Path):
 def pretrain(model, ids: torch.Tensor, mask: torch.Tensor, base: BaseParams, device: torch.device) -> list[float]:
     """Non-private pre-training on the public split (Adam, cosine decay); returns the loss curve."""
     from empriv.models.lm import per_sample_mean_nll
-    from empriv.progress import progress
+    from empriv.infra.progress import progress
 
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=base.pretrain_learning_rate, weight_decay=0.0)

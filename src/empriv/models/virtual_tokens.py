@@ -3,7 +3,8 @@ parameters), and its opacus per-sample-gradient rule.
 
 Each sample's output is the table itself, so the per-sample gradient of the table is exactly the gradient that
 flowed into that sample's copy (opacus' "backprops"); :func:`register_grad_samplers` registers that rule (once).
-Used by :mod:`empriv.models.prefix`, :mod:`empriv.models.prompt` and DPZero's soft prompt.
+Used by :mod:`empriv.models.prefix`, :mod:`empriv.models.prompt` and DPZero's soft prompt; :class:`FrozenBaseLM` is
+what the prefix- and prompt-tuned wrappers of a frozen base share.
 """
 
 from __future__ import annotations
@@ -53,3 +54,20 @@ def random_token_ids(vocab_size: int, n: int, init_seed: int | None) -> torch.Te
     the global state): the tokens whose activations or embeddings initialise a prefix or a soft prompt."""
     generator = None if init_seed is None else torch.Generator().manual_seed(init_seed)
     return torch.randint(0, vocab_size, (n,), generator=generator)
+
+
+class FrozenBaseLM(nn.Module):
+    """A frozen causal LM ``base`` under a wrapper that adds trainable virtual tokens (the prefix- and prompt-tuned
+    LMs): the wrapper answers for the base's ``config`` and input embeddings. A subclass registers its trainable
+    module after ``super().__init__(base)``, so the base's parameters come first in ``named_parameters()``."""
+
+    def __init__(self, base: nn.Module):
+        super().__init__()
+        self.base = base
+
+    @property
+    def config(self):
+        return self.base.config
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.base.get_input_embeddings()

@@ -112,7 +112,9 @@ def main(params: Params, dataset: str, run: RunConfig, data_root: Path = paths.A
     return out
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/adaptation_audit.py``): the dataset and the point of
+    ``adaptation_audit.cube``, as dvc.yaml's matrix builds them."""
     from empriv.config import parse_epsilon
     from empriv.stage import run_stage, set_threads
 
@@ -124,7 +126,7 @@ if __name__ == "__main__":
     ap.add_argument("--learning-rate", required=True, type=float)
     ap.add_argument("--seed", required=True, type=int)
     ap.add_argument("--method", required=True)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     def stage(params: Params) -> None:
         wanted = RunConfig(parse_epsilon(args.epsilon, text=True), args.batch_size, args.steps, args.learning_rate,

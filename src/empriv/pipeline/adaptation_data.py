@@ -64,10 +64,11 @@ def read_set(dataset: str, name: str, root: Path = paths.ADAPTATION_DATA_DIR) ->
     return [r["text"] for r in read_jsonl(path)]
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/adaptation_data.py --dataset iid|ood``)."""
     from empriv.stage import run_stage
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dataset", required=True, choices=("iid", "ood"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     run_stage(lambda params: main(params, args.dataset))

@@ -141,12 +141,12 @@ def _polars_table(frame) -> tuple[list[str], list[list]]:
 
 
 def track_analysis(params: Params, table, summary: dict, analysis: dict, configs) -> None:
-    """The pipeline's summary W&B run (:func:`empriv.tracking.open_summary_run`): the run table, the per-ε summary,
+    """The pipeline's summary W&B run (:func:`empriv.infra.tracking.open_summary_run`): the run table, the per-ε summary,
     the retained configurations and every number of the analysis as wandb.Tables, the report's figures
     (plots/analysis/*.png) and the privacy profiles as wandb.Images. Ids and numbers only, scrubbed like every run.
-    Offline, this is also where every configuration's run is written (:func:`empriv.tracking.write_offline_runs`)."""
+    Offline, this is also where every configuration's run is written (:func:`empriv.infra.tracking.write_offline_runs`)."""
     from empriv.io import parse_float
-    from empriv.tracking import SecretScrubber, open_summary_run, write_offline_runs
+    from empriv.infra.tracking import SecretScrubber, open_summary_run, write_offline_runs
 
     with open_summary_run(params, scrub=SecretScrubber.from_files(paths.PLANTED_SECRETS, paths.SECRETS)) as t:
         if not t.active:
@@ -176,7 +176,8 @@ def track_analysis(params: Params, table, summary: dict, analysis: dict, configs
         write_offline_runs()
 
 
-if __name__ == "__main__":
-    from empriv.stage import run_stage
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/analyze.py``, no arguments)."""
+    from empriv.stage import run_without_arguments
 
-    run_stage(main)
+    run_without_arguments(main, __doc__, argv)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from empriv import paths
-from empriv.config import Params, RunConfig
+from empriv.config import Params, RunConfig, method_traits
 from empriv.pipeline.common import config_stage, load_base, load_tokenizer, secrets_to_scrub
 from empriv.pipeline.train import calibration_cache, encoded_train_split
 
@@ -33,7 +33,7 @@ USER_FACTS = ("unit_method", "unit_k", "unit_strategy", "n_units", "epsilon_user
 def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_dir=paths.AUDIT_RUNS_DIR,
          metrics_dir=paths.AUDIT_METRICS_DIR) -> dict:
     from empriv.secrets.canaries import CanarySet
-    from empriv.tracking import SecretScrubber, open_configuration_run
+    from empriv.infra.tracking import SecretScrubber, open_configuration_run
 
     from empriv.io import ensure_writable
 
@@ -106,12 +106,13 @@ def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker
     }
     with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
         method = params.train.method
-        if method == "lora":
+        saved_as = method_traits(method).saved_as
+        if saved_as == "peft":
             # LoRA audits also train the embeddings (new-token rows): save the merged model whole.
             model = model.merge_and_unload()
         # The tokenizer is the base's: new-token canaries are embedding rows past its vocabulary. A prefix/prompt
         # audit model keeps its adapter beside its whole base (whose embeddings gained those rows).
-        if method in ("prefix", "prompt", "dpzero"):
+        if saved_as == "virtual_tokens":
             save_finetuned(model, method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, include_base=True)
         else:
             save_finetuned(model, "full", tmp, tokenizer_dir=paths.TOKENIZER_DIR)
@@ -197,5 +198,6 @@ def track_audit(tracker, out: dict) -> None:
         tracker.table("audit/mia", ["score", *columns], [[name, *(row.get(c) for c in columns)] for name, row in mia.items()])
 
 
-if __name__ == "__main__":
-    config_stage(main, __doc__, audit=True)
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/audit.py``): the cube point, as dvc.yaml's matrix builds it."""
+    config_stage(main, __doc__, audit=True, argv=argv)

@@ -58,7 +58,8 @@ def main(params: Params, out_dir=paths.BASE_DIR, metrics_path=paths.BASE_METRICS
     return metrics
 
 
-if __name__ == "__main__":
-    from empriv.stage import run_stage
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/base.py``, no arguments)."""
+    from empriv.stage import run_without_arguments
 
-    run_stage(main)
+    run_without_arguments(main, __doc__, argv)

@@ -113,7 +113,8 @@ def user_canaries(params: Params, k: int, tok, train_tokens, base):
         raise ConfigError(f"canaries (user level, k={k}): {err}") from None
 
 
-if __name__ == "__main__":
-    from empriv.stage import run_stage
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/canaries.py``, no arguments)."""
+    from empriv.stage import run_without_arguments
 
-    run_stage(main)
+    run_without_arguments(main, __doc__, argv)

@@ -9,9 +9,11 @@ from empriv import paths
 from empriv.config import ConfigError, Params, RunConfig
 
 
-def config_stage(main: Callable[[Params, RunConfig], None], description: str | None, *, audit: bool = False) -> None:
+def config_stage(main: Callable[[Params, RunConfig], None], description: str | None, *, audit: bool = False,
+                 argv: list[str] | None = None) -> None:
     """Entry point of a per-configuration stage (train@…, score@…, audit@…): the point comes from the command
-    line DVC builds from the matrix item and must belong to the params' ``cube`` (``audit.cube`` with ``audit``)."""
+    line (``argv``, default ``sys.argv[1:]``) DVC builds from the matrix item and must belong to the params'
+    ``cube`` (``audit.cube`` with ``audit``)."""
     from empriv.config import run_from_args
     from empriv.stage import run_stage, set_threads
 
@@ -26,7 +28,7 @@ def config_stage(main: Callable[[Params, RunConfig], None], description: str | N
                     "userwise-k<K>-<strategy>")
     ap.add_argument("--method", default="full", help="adaptation method (cube.method): full, lora, prefix, prompt, "
                     "head, dpzero or a train.variants name")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     def with_run(params: Params) -> None:
         run = run_from_args(params, args, audit=audit)

@@ -89,7 +89,8 @@ def main(params: Params, secrets_path: str | Path = paths.SECRETS, out_path: str
     return metrics
 
 
-if __name__ == "__main__":
-    from empriv.stage import run_stage
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/filter.py``, no arguments)."""
+    from empriv.stage import run_without_arguments
 
-    run_stage(main)
+    run_without_arguments(main, __doc__, argv)

@@ -328,7 +328,7 @@ def _enron_detail(facts: dict) -> str:
 
 
 def overrides_errors(params: Params, root: Path) -> list[str]:
-    from empriv.secrets.mining import override_problems
+    from empriv.secrets.records import override_problems
 
     o = params.secrets.overrides
     if o is None:

@@ -1,6 +1,6 @@
 """input@<key>: the fingerprint of one raw file outside the repository → data/inputs/<key>/fingerprint.json.
 
-    python -m empriv.pipeline.inputs --key corpus|overrides|base
+    python stages/inputs.py --key corpus|overrides|base
 
 params' ``inputs`` mapping names the raw files that other params keys point to — ``corpus`` (``data.path``),
 ``overrides`` (``secrets.overrides``), ``base`` (a local ``base.name`` directory) — and validation keeps it equal
@@ -81,10 +81,11 @@ def main(params: Params, key: str, out_root: Path = paths.INPUTS_DIR) -> dict:
     return record
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/inputs.py --key <key>``)."""
     from empriv.stage import run_stage
 
-    ap = argparse.ArgumentParser(prog="python -m empriv.pipeline.inputs", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python stages/inputs.py", description=__doc__.splitlines()[0])
     ap.add_argument("--key", required=True, choices=sorted(RAW_INPUTS))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     run_stage(lambda params: main(params, args.key))

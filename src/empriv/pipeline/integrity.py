@@ -10,20 +10,13 @@ truncated by hand, a record deleted, and the summary would be computed from runs
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
+from empriv.io import file_digest
+
 STAGES = ("train@", "audit@", "score@", "base")
 HASH_LIMIT = 64 * 2**20  # larger files: size only (a 500 MB model is not hashed for a summary)
-
-
-def _md5(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _file_problem(path: Path, md5: str | None, size: int | None) -> str | None:
@@ -32,7 +25,7 @@ def _file_problem(path: Path, md5: str | None, size: int | None) -> str | None:
     actual = path.stat().st_size
     if size is not None and actual != size:
         return f"{actual} bytes, dvc.lock says {size} (truncated or changed)"
-    if md5 and actual <= HASH_LIMIT and _md5(path) != md5:
+    if md5 and actual <= HASH_LIMIT and file_digest(path, "md5") != md5:
         return "content differs from its DVC hash (truncated or changed since the stage ran)"
     return None
 

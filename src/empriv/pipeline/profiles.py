@@ -43,7 +43,8 @@ def main(params: Params, out_dir: str | Path = paths.PROFILES_DIR,
     return written
 
 
-if __name__ == "__main__":
-    from empriv.stage import run_stage
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/profiles.py``, no arguments)."""
+    from empriv.stage import run_without_arguments
 
-    run_stage(main)
+    run_without_arguments(main, __doc__, argv)

@@ -40,7 +40,8 @@ def main(params: Params, out_path=paths.RECORD_SCORES) -> dict:
     return meta
 
 
-if __name__ == "__main__":
-    from empriv.stage import run_stage
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/record_scores.py``, no arguments)."""
+    from empriv.stage import run_without_arguments
 
-    run_stage(main)
+    run_without_arguments(main, __doc__, argv)

@@ -34,7 +34,7 @@ def main(params: Params, run: RunConfig, model_dir=None, metrics_dir=paths.SCORE
 def track_scores(params: Params, run: RunConfig, metrics: dict, secrets: list[dict]) -> None:
     """The scores in the configuration's W&B run: every number of the metrics as ``score/*`` in the summary, the
     per-secret rows (ids and numbers) as the table ``score/per_secret``."""
-    from empriv.tracking import SecretScrubber, open_configuration_run
+    from empriv.infra.tracking import SecretScrubber, open_configuration_run
 
     with open_configuration_run(params, run, section="score", scrub=SecretScrubber([*secrets_to_scrub(), *secrets])) as t:
         if not t.active:
@@ -47,5 +47,6 @@ def track_scores(params: Params, run: RunConfig, metrics: dict, secrets: list[di
             t.table("score/per_secret", columns, [[r.get(c) for c in columns] for r in rows])
 
 
-if __name__ == "__main__":
-    config_stage(main, __doc__)
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/score.py``): the cube point, as dvc.yaml's matrix builds it."""
+    config_stage(main, __doc__, argv=argv)

@@ -30,7 +30,7 @@ def _read(path: Path) -> list[dict]:
 def build(params: Params, tokenizer, prepared_dir: Path = paths.PREPARED_DIR) -> tuple[list[dict], dict]:
     """(secret records, info) of ``data.source``."""
     from empriv.secrets import build as sb
-    from empriv.secrets.mining import load_overrides
+    from empriv.secrets.records import load_overrides
 
     sp, seq_len, source = params.secrets, params.base.seq_len, params.data.source
     train_texts = load_texts("train", prepared_dir)
@@ -86,7 +86,8 @@ def main(params: Params, out_path: str | Path = paths.SECRETS, metrics_path: str
     return records
 
 
-if __name__ == "__main__":
-    from empriv.stage import run_stage
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/mine_secrets.py``, no arguments)."""
+    from empriv.stage import run_without_arguments
 
-    run_stage(main)
+    run_without_arguments(main, __doc__, argv)

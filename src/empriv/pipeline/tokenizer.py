@@ -24,7 +24,8 @@ def main(params: Params, out_dir=paths.TOKENIZER_DIR) -> dict:
     return {"kind": tok.kind, "vocab_size": tok.vocab_size}
 
 
-if __name__ == "__main__":
-    from empriv.stage import run_stage
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/tokenizer.py``, no arguments)."""
+    from empriv.stage import run_without_arguments
 
-    run_stage(main)
+    run_without_arguments(main, __doc__, argv)

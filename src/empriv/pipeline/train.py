@@ -29,12 +29,9 @@ def encoded_train_split(params: Params, tok):
 def public_inputs(params: Params, tok) -> dict:
     """The encoded public split, for the strict DP-Flat / DPZero variants that train something on public data only
     (nothing for every other run: the split is not read)."""
-    t = params.train
-    f, z = t.dpflat, t.dpzero
-    wants = (t.method == "prefix" and ((f.layer_elimination and f.elimination_data == "public")
-                                       or (f.kd and f.kd_data == "public"))) \
-        or (t.method == "dpzero" and z.kd and z.kd_data == "public")
-    if not wants:
+    from empriv.train.methods import get_method
+
+    if not get_method(params.train.method).needs_public_split(params):
         return {}
     from empriv.models.lm import encode_fixed
 
@@ -112,5 +109,6 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     return metrics
 
 
-if __name__ == "__main__":
-    config_stage(main, __doc__)
+def cli(argv: list[str] | None = None) -> None:
+    """The stage's command line (``stages/train.py``): the cube point, as dvc.yaml's matrix builds it."""
+    config_stage(main, __doc__, argv=argv)

@@ -1,6 +1,6 @@
 """validate: the whole params file (and dvc.yaml's cube matrices) checked before any other stage runs.
 
-    python -m empriv.pipeline.validate [--params params.yaml] [--dvc-yaml dvc.yaml] [--debug]
+    python stages/validate_params.py [--params params.yaml] [--dvc-yaml dvc.yaml] [--fill-defaults] [--debug]
 
 DVC deletes a stage's outputs (git-tracked metrics included) before the stage runs, so a stage that rejects
 its own params has already lost them. This stage runs first and every other stage depends on its marker
@@ -36,11 +36,9 @@ _REF = re.compile(r"^\$\{\s*([\w.]+)\s*\}$")
 
 def _dvc_str(value: Any) -> str:
     """A matrix value as DVC interpolates it into a command line and a stage name."""
-    try:
-        from dvc.parsing.interpolate import to_str
-    except ImportError:  # DVC absent (validating outside the pipeline): DVC's to_str is str() for numbers and strings
-        return str(value)
-    return to_str(value)
+    from empriv.infra.dvc_adapter import interpolated_str
+
+    return interpolated_str(value)
 
 
 def format_list(values) -> str:
@@ -248,8 +246,9 @@ def write_marker(path: str | Path = paths.PARAMS_OK) -> None:
         Path(tmp).write_text(MARKER_TEXT, encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m empriv.pipeline.validate", description=__doc__.splitlines()[0])
+def cli(argv: list[str] | None = None) -> int:
+    """The stage's command line (``stages/validate_params.py``); returns the exit status."""
+    ap = argparse.ArgumentParser(prog="python stages/validate_params.py", description=__doc__.splitlines()[0])
     ap.add_argument("--params", default=str(paths.PARAMS))
     ap.add_argument("--dvc-yaml", default=str(DVC_YAML))
     ap.add_argument("--marker", default=str(paths.PARAMS_OK))
@@ -279,7 +278,3 @@ def main(argv: list[str] | None = None) -> int:
     write_marker(args.marker)
     print(f"{args.params}: valid ({len(params.runs())} configurations in the cube, {len(params.audit_runs())} in the audit cube)")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

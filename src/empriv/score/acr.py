@@ -183,7 +183,7 @@ def adversarial_compression_ratio(model, target_ids: Sequence[int], settings: AC
         settings = replace(settings, max_length=room)
     bar = None
     if progress:
-        from empriv.progress import progress as progress_of
+        from empriv.infra.progress import progress as progress_of
 
         # unknown total: a bar on a terminal, else a log line every 30 s of a long search
         bar = progress_of(desc=f"ACR {key}", unit="steps", leave=False, logger=log)
@@ -219,7 +219,7 @@ def acr_of_secrets(model, tokenizer, secrets: Sequence[dict], settings: ACRSetti
 
     A searched secret's record has ``acr_success``; a failure has ``acr`` None and ``acr_upper_bound``. A secret
     too long for the model's window is not searched: ``{"acr": None, "acr_skipped": …}`` (no ``acr_success``)."""
-    from empriv.progress import progress as progress_of
+    from empriv.infra.progress import progress as progress_of
 
     out = {}
     chosen = progress_of(secrets, desc="ACR search", unit="secrets", logger=log) if progress else secrets

@@ -15,7 +15,7 @@ def score_model(params: Params, run: RunConfig, model, base_model, tokenizer, se
     """Utility on ``test_texts`` and every memorisation score of ``secrets`` for the model of ``run``."""
     import torch
 
-    from empriv.progress import progress
+    from empriv.infra.progress import progress
     from empriv.randomness import RunStreams
     from empriv.score.memorization import aggregate, make_controls, score_secrets
     from empriv.score.utility import answer_nll, test_nll as test_nll_of

@@ -39,7 +39,7 @@ def public_view(record: dict) -> dict:
 def planted_secrets(planted: Sequence[dict], train_texts: Sequence[str], tokenizer, seq_len: int, split_rule: str,
                     min_continuation_chars: int, overrides: dict | None = None) -> list[dict]:
     """Records of the synthetic generator's planted secrets; each must fit the training window."""
-    from empriv.secrets.mining import secret_records
+    from empriv.secrets.records import secret_records
 
     records = secret_records(planted, train_texts, tokenizer, seq_len, split_rule, min_continuation_chars, overrides)
     too_long = [f"{r['id']} ({r['token_length']} tokens)" for r in records if r["token_length"] + 1 > seq_len]
@@ -57,7 +57,8 @@ def mined_secrets(train_texts: Sequence[str], public_texts: Sequence[str], token
     """(records, info) of the secrets mined from ``train_texts`` (see the module docstring)."""
     from empriv.secrets.leaks import find_leaks
     from empriv.secrets.candidates import reject_degenerate
-    from empriv.secrets.mining import mine_secret_candidates, secret_records
+    from empriv.secrets.mining import mine_secret_candidates
+    from empriv.secrets.records import secret_records
 
     candidates = mine_secret_candidates(train_texts, tokenizer, n=ngram, top_k=top_k, min_count=min_count)
     rows = [{"id": c.id, "kind": "mined", "text": c.text, "token_length": c.token_length} for c in candidates]

@@ -98,7 +98,7 @@ def dp_finetune(
     keeps the micro-batch the checkpoint used (summation order, hence bit-identity, depends on it).
     """
     from empriv.models.lm import per_sample_mean_nll
-    from empriv.progress import progress
+    from empriv.infra.progress import progress
     from empriv.train.precision import autocast, check_precision, grad_samples_to_fp32
     from empriv.train.sampling import micro_batches, poisson_batches
 

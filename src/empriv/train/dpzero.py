@@ -371,7 +371,7 @@ def dpzero_prompt_tuning(
     identity resumes from the latest intact checkpoint and ends bit-identical to an uninterrupted run (the steps,
     hence the accounting, counted once); the checkpoints are deleted when the loop completes.
     """
-    from empriv.progress import progress
+    from empriv.infra.progress import progress
     from empriv.train.sampling import poisson_batches
 
     n_prompt = _check_count("n_prompt", n_prompt)

@@ -372,7 +372,7 @@ def train_user_level(params: Params, run: RunConfig, model, data: UnitData, *, p
 
     import logging
 
-    from empriv.progress import progress
+    from empriv.infra.progress import progress
 
     bar = progress(total=run.steps, desc=f"train {run.name}", logger=logging.getLogger("empriv.train"))
 

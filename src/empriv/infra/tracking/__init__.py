@@ -40,19 +40,21 @@ Mode ``runtime.wandb_mode`` (offline by default; the ``WANDB_MODE`` environment 
 ``disabled`` writes nothing at all, not even the journal. ``EMPRIV_WANDB_LIVE=1`` makes offline stages write
 their runs live as online ones do (each stage rewrites the whole run; slower, for debugging W&B itself).
 
-**Modules.** :mod:`~empriv.tracking.scrub` (the scrubber, JSON-safe values), :mod:`~empriv.tracking.naming` (where,
-which group, which id, tags and config), :mod:`~empriv.tracking.journal` (the journal and the local copies),
-:mod:`~empriv.tracking.runs` (:class:`Tracker`, opening a run), :mod:`~empriv.tracking.offline` (writing the offline
-runs), :mod:`~empriv.tracking.curves` (the ε points of a training curve). Import from ``empriv.tracking``.
+**Modules.** :mod:`~empriv.infra.tracking.scrub` (the scrubber, JSON-safe values),
+:mod:`~empriv.infra.tracking.naming` (where, which group, which id, tags and config),
+:mod:`~empriv.infra.tracking.journal` (the journal and the local copies), :mod:`~empriv.infra.tracking.runs`
+(:class:`Tracker`, opening a run), :mod:`~empriv.infra.tracking.offline` (writing the offline runs),
+:mod:`~empriv.infra.tracking.curves` (the ε points of a training curve). Import from ``empriv.infra.tracking``.
 """
 
-from empriv.tracking.curves import MAX_EPSILON_POINTS, epsilon_checkpoints
-from empriv.tracking.journal import JOURNAL_DIR, SECTIONS, local_copies, read_journal
-from empriv.tracking.naming import configuration_config, epsilon_tags, project_root, run_id, study_group, tracking_root
-from empriv.tracking.offline import write_offline_runs
-from empriv.tracking.runs import (ANALYSIS_JOB, CONFIGURATION_JOB, Tracker, open_configuration_run, open_run,
-                                  open_summary_run)
-from empriv.tracking.scrub import REDACTED, SecretScrubber, numeric
+from empriv.infra.tracking.curves import MAX_EPSILON_POINTS, epsilon_checkpoints
+from empriv.infra.tracking.journal import JOURNAL_DIR, SECTIONS, local_copies, read_journal
+from empriv.infra.tracking.naming import (configuration_config, epsilon_tags, project_root, run_id, study_group,
+                                          tracking_root)
+from empriv.infra.tracking.offline import write_offline_runs
+from empriv.infra.tracking.runs import (ANALYSIS_JOB, CONFIGURATION_JOB, Tracker, open_configuration_run, open_run,
+                                        open_summary_run)
+from empriv.infra.tracking.scrub import REDACTED, SecretScrubber, numeric
 
 __all__ = [
     "ANALYSIS_JOB", "CONFIGURATION_JOB", "JOURNAL_DIR", "MAX_EPSILON_POINTS", "REDACTED", "SECTIONS",

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from empriv.config import ConfigError, SweepParams, parse_section
-from empriv.sweep import SweepError, make_plan, merged_resources, run_sweep, slurm_parameters
+from empriv.infra.sweep import SweepError, make_plan, merged_resources, run_sweep, slurm_parameters
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "tools" / "slurm" / "cluster.sh"
 SHIM_DIR = ROOT / "tools" / "slurm" / "bin"
 BIN = Path(sys.executable).parent
@@ -360,7 +360,8 @@ def test_all_plans_every_stage_as_a_job(project):
 def test_launch_order_puts_long_chains_first_then_the_slowest_stage():
     """Free slots go to the item with the longest chain of items still below it; among equals, to the stage whose
     jobs took longest so far (a stage not yet timed first); ties keep the plan's order."""
-    from empriv.sweep import Item, _depths, launch_order
+    from empriv.infra.sweep import Item, launch_order
+    from empriv.infra.sweep.schedule import _depths
 
     def item(address: str, needs: list[str]) -> Item:
         return Item(address=address, stage=address.partition("@")[0], key="", commands=["true"], wdir=".",
@@ -712,7 +713,7 @@ def test_slurm_unreachable_controller_is_one_line(project, slurm):
 
 
 def test_a_signal_reads_the_same_whether_or_not_the_shell_exec_d_the_command():
-    from empriv.sweep import _failure
+    from empriv.infra.sweep.jobs import _failure
     assert _failure(-9) == "killed by SIGKILL"
     assert _failure(137) == "killed by SIGKILL, exit status 137 from the shell"
     assert _failure(143) == "killed by SIGTERM, exit status 143 from the shell"

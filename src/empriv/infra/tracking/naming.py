@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from empriv.tracking.scrub import numeric
+from empriv.infra.tracking.scrub import numeric
 
 
 def project_root(start: str | Path | None = None) -> Path:

@@ -7,12 +7,12 @@ import os
 import shutil
 from pathlib import Path
 
-from empriv.tracking.journal import (dump_journal, journal_digest, journal_dir, journal_lock, local_copies,
-                                     merged_sections, ordered_sections, read_journal)
-from empriv.tracking.naming import tracking_root
-from empriv.tracking.runs import CONFIGURATION_JOB, define_axis, init_wandb, media_of
+from empriv.infra.tracking.journal import (dump_journal, journal_digest, journal_dir, journal_lock, local_copies,
+                                           merged_sections, ordered_sections, read_journal)
+from empriv.infra.tracking.naming import tracking_root
+from empriv.infra.tracking.runs import CONFIGURATION_JOB, define_axis, init_wandb, media_of
 
-log = logging.getLogger("empriv.tracking")  # one logger for the package, as when it was one module
+log = logging.getLogger("empriv.tracking")  # one logger for the package, named as before it moved
 
 
 def write_offline_runs(root: str | Path | None = None, *, force: bool = False) -> list[str]:

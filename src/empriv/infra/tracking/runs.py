@@ -11,12 +11,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from empriv.tracking.journal import (dump_journal, empty_section, journal_digest, journal_dir, journal_lock, local_copies,
-                                     merged_sections, ordered_sections, read_journal)
-from empriv.tracking.naming import configuration_config, epsilon_tags, run_id, study_group, tracking_root
-from empriv.tracking.scrub import SecretScrubber, numeric
+from empriv.infra.tracking.journal import (dump_journal, empty_section, journal_digest, journal_dir, journal_lock,
+                                           local_copies, merged_sections, ordered_sections, read_journal)
+from empriv.infra.tracking.naming import configuration_config, epsilon_tags, run_id, study_group, tracking_root
+from empriv.infra.tracking.scrub import SecretScrubber, numeric
 
-log = logging.getLogger("empriv.tracking")  # one logger for the package, as when it was one module
+log = logging.getLogger("empriv.tracking")  # one logger for the package, named as before it moved
 
 #: job type of the configuration runs and of the summary run
 CONFIGURATION_JOB = "configuration"

@@ -1,5 +1,5 @@
-"""empriv.progress: a log line every tenth or every 30 s (whichever first) off a terminal, a tqdm bar on one; and the
-long loops (pre-training, DP training, scoring, ACR, the canary audit) report through it."""
+"""empriv.infra.progress: a log line every tenth or every 30 s (whichever first) off a terminal, a tqdm bar on one; and
+the long loops (pre-training, DP training, scoring, ACR, the canary audit) report through it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from empriv.progress import LogProgress, on_terminal, progress
+from empriv.infra.progress import LogProgress, on_terminal, progress
 
 
 class Clock:

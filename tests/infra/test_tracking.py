@@ -1,5 +1,5 @@
-"""empriv.tracking: one W&B run per configuration (train, score and audit parts), one summary run per pipeline, the
-project-level directory (also from a DVC temporary copy), and no secret or canary in any file W&B writes."""
+"""empriv.infra.tracking: one W&B run per configuration (train, score and audit parts), one summary run per pipeline,
+the project-level directory (also from a DVC temporary copy), and no secret or canary in any file W&B writes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from empriv.io import write_jsonl
-from empriv.tracking import (
+from empriv.infra.tracking import (
     JOURNAL_DIR,
     REDACTED,
     SecretScrubber,
@@ -537,7 +537,7 @@ def test_runs_of_a_dvc_experiment_in_a_temporary_copy_land_in_the_project(tmp_pa
                WANDB_SILENT="true", **{v: str(tmp_path / v.lower()) for v in WANDB_ENV})
     script = (
         "import os\n"
-        "from empriv.tracking import SecretScrubber, open_run, study_group, write_offline_runs\n"
+        "from empriv.infra.tracking import SecretScrubber, open_run, study_group, write_offline_runs\n"
         "with open_run(project='empriv', group=study_group(), name='eps8-b16-T6-lr0.01-s0', section='train',\n"
         "              mode='offline', scrub=SecretScrubber()) as t:\n"
         "    t.log({'train/step': 1, 'train/loss': 1.5})\n"

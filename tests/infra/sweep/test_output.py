@@ -1,4 +1,4 @@
-"""empriv.sweep_output: the sweep's ETA estimator on hand-made job times, its progress off a terminal (a line per
+"""empriv.infra.sweep.output: the sweep's ETA estimator on hand-made job times, its progress off a terminal (a line per
 tenth of the items or 30 s) and on one (one tqdm bar), its log file, and the stderr tail of a failed job."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from empriv.sweep_output import SweepOutput, duration_text, eta_seconds, log_tail
+from empriv.infra.sweep.output import SweepOutput, duration_text, eta_seconds, log_tail
 
 
 class Clock:

@@ -1,4 +1,5 @@
-"""The warm worker (``python -m empriv.warm <module> ...``): what a stage sees and computes is what ``python -m`` gives.
+"""The warm worker (``python -m empriv.infra.warm stages/<stage>.py ...`` or ``... <module> ...``): what a stage sees
+and computes is what ``python <script>`` / ``python -m <module>`` gives.
 
 Every server these tests start lives in a temporary ``EMPRIV_WARM_DIR`` and is stopped at the end by removing its
 socket (then, if it lingers, by its pid from the lock file) — never by name.
@@ -19,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-WARM = [PYTHON, "-m", "empriv.warm"]
+WARM = [PYTHON, "-m", "empriv.infra.warm"]
+WARM_MODULES = ["empriv.infra.warm", "empriv.infra.warm_key", "empriv.infra.warm_server", "empriv.infra.warm_worker"]
 LIGHT = "json"  # EMPRIV_WARM_PRELOAD of the servers that need no torch (fast to start)
 
 PROBE = '''
@@ -29,8 +31,8 @@ import json, os, sys
 if "--stdin" in sys.argv:
     print("stdin:", sys.stdin.read().strip())
 print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "x": os.environ.get("WARM_TEST_X"),
-                  "gone": "WARM_TEST_GONE" in os.environ, "pid": os.getpid(),
-                  "main": __name__, "umask": os.umask(0)}), flush=True)
+                  "gone": "WARM_TEST_GONE" in os.environ, "pid": os.getpid(), "path0": sys.path[0],
+                  "file": __file__, "main": __name__, "umask": os.umask(0)}), flush=True)
 print("to stderr", file=sys.stderr)
 if "--exit" in sys.argv:
     sys.exit(int(sys.argv[sys.argv.index("--exit") + 1]))
@@ -123,7 +125,10 @@ class Project:
         self.env.update(env)
 
     def run(self, *args, env=None, input=None, timeout=300, warm=True, cwd=None) -> subprocess.CompletedProcess:
-        cmd = (WARM if warm else [PYTHON, "-m"]) + [str(a) for a in args]
+        """``python -m empriv.infra.warm args`` (``warm``), else the plain command: ``python <script> …`` when the
+        first argument ends in ``.py``, ``python -m <module> …`` otherwise."""
+        plain = [PYTHON] if str(args[0]).endswith(".py") else [PYTHON, "-m"]
+        cmd = (WARM if warm else plain) + [str(a) for a in args]
         return subprocess.run(cmd, cwd=cwd or self.root, env={**self.env, **(env or {})}, input=input,
                               capture_output=True, text=True, timeout=timeout)
 
@@ -174,15 +179,59 @@ def test_output_status_argv_cwd_env_and_umask_reach_the_worker(full):
     assert w["pid"] != p["pid"]
     assert warm.stderr == plain.stderr == "to stderr\n"
     log = full.log()
-    from empriv.warm import PRELOAD
+    from empriv.infra.warm_key import PRELOAD
 
-    assert f"pre-imported {len(PRELOAD)}/{len(PRELOAD)} modules" in log and "empriv modules ['empriv']" in log, log
+    # the server holds no empriv module but the warm worker's own (and their packages)
+    served = sorted(["empriv", "empriv.infra", *WARM_MODULES[1:]])
+    assert f"pre-imported {len(PRELOAD)}/{len(PRELOAD)} modules" in log and f"empriv modules {served}" in log, log
 
     # the next run has the environment of its own client, not the one before (a variable removed is gone)
     again = full.run("warm_probe", env={"WARM_TEST_GONE": "1"})
     assert _probe(again)["gone"] is True and _probe(again)["x"] is None
     assert _probe(full.run("warm_probe"))["gone"] is False
     assert len(_server_pids(full.warm_dir)) == 1  # one server served them all
+
+
+def test_a_script_runs_as_python_script_runs_it(full):
+    """``python -m empriv.infra.warm dir/script.py args`` (how dvc.yaml runs a stage script): the script is
+    ``__main__`` with its arguments, its own directory first on ``sys.path``, the same ``__file__``, traceback, exit
+    status and output as ``python dir/script.py args``; a missing script fails as python fails."""
+    sub = full.root / "scripts"
+    sub.mkdir(exist_ok=True)
+    (sub / "warm_probe.py").write_text(PROBE)
+    plain = full.run("scripts/warm_probe.py", "a b", "--exit", "5", warm=False, env={"WARM_TEST_X": "2"})
+    warm = full.run("scripts/warm_probe.py", "a b", "--exit", "5", env={"WARM_TEST_X": "2"})
+    assert plain.returncode == warm.returncode == 5, warm.stderr
+    p, w = _probe(plain), _probe(warm)
+    assert p["argv"] == ["scripts/warm_probe.py", "a b", "--exit", "5"]
+    assert w["argv"] == [str(sub / "warm_probe.py"), "a b", "--exit", "5"]  # argv[0]: the absolute path
+    for key in ("path0", "file", "main", "cwd", "x", "umask"):
+        assert w[key] == p[key], key
+    assert w["path0"] == str(sub) and w["main"] == "__main__" and w["pid"] != p["pid"]
+    assert warm.stderr == plain.stderr == "to stderr\n"
+
+    raised = full.run("scripts/warm_probe.py", "--raise")
+    plain_raised = full.run("scripts/warm_probe.py", "--raise", warm=False)
+    assert raised.returncode == plain_raised.returncode == 1
+    assert raised.stderr == plain_raised.stderr, raised.stderr  # no frame of runpy or of the worker
+
+    missing = full.run("scripts/no_such_script.py")
+    plain_missing = full.run("scripts/no_such_script.py", warm=False)
+    assert missing.returncode == plain_missing.returncode == 2
+    assert missing.stderr.split(":", 1)[1] == plain_missing.stderr.split(":", 1)[1]  # after the interpreter's name
+    assert "can't open file" in missing.stderr and "worker" in full.log()
+
+
+def test_a_request_names_a_script_or_a_module_and_exits_as_python_would():
+    from empriv.infra.warm import is_script, plain_command
+    from empriv.infra.warm_worker import _exit_code, request_target
+
+    assert is_script("stages/train.py") and not is_script("empriv.pipeline.train")
+    assert plain_command("stages/train.py", ["--seed", "0"])[-3:] == ["stages/train.py", "--seed", "0"]
+    assert plain_command("json.tool", [])[-2:] == ["-m", "json.tool"]
+    assert request_target({"script": "stages/x.py"}) == "stages/x.py"
+    assert request_target({"module": "m"}) == "m" and request_target({"module": 3}) is None
+    assert [_exit_code(c) for c in (None, 0, 3, 256 + 4)] == [0, 0, 3, 4]
 
 
 def test_stdin_reaches_the_worker_and_exit_statuses_follow_python(full):
@@ -195,7 +244,7 @@ def test_stdin_reaches_the_worker_and_exit_statuses_follow_python(full):
     tail = raised.stderr.strip().splitlines()
     assert tail[-1] == "RuntimeError: raised inside the stage"
     assert tail[0] == "to stderr" and tail[1] == "Traceback (most recent call last):"
-    assert "empriv/warm.py" not in raised.stderr  # the worker's own frames are not shown
+    assert "empriv/infra/warm" not in raised.stderr  # the worker's own frames are not shown
     assert [ln for ln in raised.stderr.splitlines() if "warm_probe.py" in ln] == \
         [ln for ln in plain.stderr.splitlines() if "warm_probe.py" in ln]
 
@@ -213,7 +262,9 @@ def test_an_edited_empriv_module_is_read_fresh_by_the_next_run(full, tmp_path):
     proj = tmp_path / "edited"
     (proj / "empriv").mkdir(parents=True)
     shutil.copy2(ROOT / "src/empriv/__init__.py", proj / "empriv/__init__.py")
-    shutil.copy2(ROOT / "src/empriv/warm.py", proj / "empriv/warm.py")  # same content: the same server
+    (proj / "empriv/infra").mkdir()
+    for name in ("__init__", "warm", "warm_key", "warm_server", "warm_worker"):  # same content: the same server
+        shutil.copy2(ROOT / f"src/empriv/infra/{name}.py", proj / f"empriv/infra/{name}.py")
     probe = proj / "empriv" / "warm_edit_probe.py"
     probe.write_text("import empriv\nVALUE = 1\nprint(empriv.__version__, VALUE, empriv.__file__)\n")
     first = full.run("empriv.warm_edit_probe", cwd=proj)
@@ -320,7 +371,7 @@ def test_the_server_exits_when_idle_and_when_its_socket_is_removed(light, tmp_pa
 def test_emprivwarm_0_and_an_unusable_directory_run_the_module_directly(light, tmp_path):
     proc = light.run("warm_probe", "--exit", "3", env={"EMPRIV_WARM": "0", "WARM_TEST_X": "y"})
     assert proc.returncode == 3 and _probe(proc)["x"] == "y"
-    assert proc.stderr == "empriv.warm: running warm_probe directly (EMPRIV_WARM=0)\nto stderr\n"
+    assert proc.stderr == "empriv.infra.warm: running warm_probe directly (EMPRIV_WARM=0)\nto stderr\n"
     assert not light.warm_dir.exists()
 
     blocker = tmp_path / "a file"
@@ -328,7 +379,7 @@ def test_emprivwarm_0_and_an_unusable_directory_run_the_module_directly(light, t
     proc = light.run("warm_probe", env={"EMPRIV_WARM_DIR": str(blocker / "warm")})
     assert proc.returncode == 0 and _probe(proc)["argv"][1:] == []
     first = proc.stderr.splitlines()[0]
-    assert first.startswith("empriv.warm: running warm_probe directly (cannot create ") and "a file/warm" in first
+    assert first.startswith("empriv.infra.warm: running warm_probe directly (cannot create ") and "a file/warm" in first
 
 
 def test_a_socket_path_longer_than_unix_sockets_allow_still_works(tmp_path):
@@ -345,8 +396,9 @@ def test_a_socket_path_longer_than_unix_sockets_allow_still_works(tmp_path):
 
 def test_the_client_imports_nothing_heavy(full):
     code = ("import sys, runpy; sys.argv = ['x', '--socket']\n"
-            "try:\n    runpy.run_module('empriv.warm', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "heavy = [m for m in ('torch', 'numpy', 'transformers', 'empriv.config', 'subprocess') if m in sys.modules]\n"
+            "try:\n    runpy.run_module('empriv.infra.warm', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('torch', 'numpy', 'transformers', 'empriv.config', 'subprocess', "
+            "'empriv.infra.warm_server', 'empriv.infra.warm_worker') if m in sys.modules]\n"
             "print(heavy)")
     proc = subprocess.run([PYTHON, "-c", code], env=full.env, capture_output=True, text=True, cwd=full.root, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -392,14 +444,14 @@ def _digest(directory: Path) -> dict:
 def test_a_train_stage_in_a_worker_is_bit_identical_to_a_plain_run(full, tmp_path):
     work = tmp_path / "project"
     scratch_project(work)
-    for stage in ("prepare", "tokenizer", "base"):
-        proc = full.run(f"empriv.pipeline.{stage}", cwd=work)
+    for stage in ("prepare", "tokenizer", "base"):  # the stage scripts, as dvc.yaml runs them
+        proc = full.run(ROOT / f"stages/{stage}.py", cwd=work)
         assert proc.returncode == 0, proc.stderr[-3000:]
     cube = __import__("yaml").safe_load((work / "params.yaml").read_text())["cube"]
     args = TRAIN_ARGS + [a for axis in ("unit", "method") if axis in cube for a in (f"--{axis}", str(cube[axis][0]))]
     outputs = {}
     for mode in ("plain", "warm"):
-        proc = full.run("empriv.pipeline.train", *args, cwd=work, warm=mode == "warm")
+        proc = full.run(ROOT / "stages/train.py", *args, cwd=work, warm=mode == "warm")
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs, records = work / "models/runs", work / "records/train"
         metrics = {p.name: json.loads(p.read_text()) for p in records.rglob("*.json")}

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("empriv.tracking")  # one logger for the package, as when it was one module
+log = logging.getLogger("empriv.tracking")  # one logger for the package, named as before it moved
 REDACTED = "[redacted]"
 
 _MIN_TEXT = 6  # very short fragments would redact ordinary words

@@ -5,14 +5,15 @@ The user sees the sweep's time, not its bookkeeping:
 - **on a terminal** (stderr is a TTY): one tqdm bar over the sweep's items to run, with the elapsed time and an
   ETA (:func:`eta_seconds`), the jobs in flight and the failures so far;
 - **anywhere else** (``make repro`` under nohup, CI): one line each time another tenth of the items is finished or
-  30 s have passed since the last line, whichever comes first (the rule of :mod:`empriv.progress`), and one at the
+  30 s have passed since the last line, whichever comes first (the rule of :mod:`empriv.infra.progress`), and one at the
   end: ``progress: 12/48 items (25%), 2 running, 1 min 40 s elapsed, ~5 min left``.
 
 Every line the sweep writes goes to its **log file**, ``<job folder>/sweep.log`` (the first line printed names it),
 each with the time of day; the per-job events — ``submitted … job … logs …``, ``done …``, ``restored …``,
 ``up to date at its turn …``, ``blocked …``, ``requeued …`` and the count line ``progress: 3 submitted, 2 running,
 …`` — go *only* there. A job that fails for good is printed in full: the item, the reason with its exit status,
-the path of its log and the last lines its command wrote to stderr.
+the path of its log and the last lines its command wrote to stderr. What the sweep did is a :class:`SweepResult`,
+told in one line by :func:`summary_line`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from empriv.progress import EVERY_FRACTION, EVERY_SECONDS, on_terminal
+from empriv.infra.progress import EVERY_FRACTION, EVERY_SECONDS, on_terminal
+from empriv.infra.sweep.plan import Plan
 
 #: lines of a failed command's stderr printed with its failure
 TAIL_LINES = 15
@@ -226,3 +229,36 @@ class SweepOutput:
 
 
 __all__ = ["SweepOutput", "TAIL_LINES", "duration_text", "eta_seconds", "log_tail"]
+
+
+# --------------------------------------------------------------------------------------------- what happened
+@dataclass
+class SweepResult:
+    plan: Plan
+    done: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)  # checked out from DVC's run-cache, no job
+    # stale at planning only through a stage they need, which then re-ran with the same outputs: nothing to do
+    unchanged: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # address -> reason with log path
+    blocked: list[str] = field(default_factory=list)  # not run: an item they need failed
+    retries: dict[str, int] = field(default_factory=dict)  # address -> re-runs (requeues + re-submissions)
+    jobs: dict[str, list[str]] = field(default_factory=dict)  # address -> job ids
+    status: dict = field(default_factory=dict)  # Repo.status of the committed items after the commit
+    folder: Path | None = None
+    log: Path | None = None  # the sweep's log file (every line, the per-job events only there)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.blocked and not self.status
+
+
+def summary_line(result: SweepResult) -> str:
+    parts = [f"{len(result.done)} done"]
+    retried = sum(1 for a in result.done if result.retries.get(a))
+    if retried:
+        parts[-1] += f" ({retried} after retries)"
+    if result.restored:
+        parts.append(f"{len(result.restored)} restored from the run-cache")
+    parts += [f"{len(result.failed)} failed", f"{len(result.blocked)} blocked",
+              f"{len(result.plan.up_to_date) + len(result.unchanged)} up to date (skipped)"]
+    return "sweep: " + ", ".join(parts)

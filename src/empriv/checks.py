@@ -1,0 +1,15 @@
+"""Argument checks shared by the library packages, each raising the project's one-line ``ValueError`` that names the
+argument, the value and what is allowed. A leaf: it imports nothing of empriv, so every layer (data, secrets, …) may
+use it."""
+
+from __future__ import annotations
+
+import numbers
+
+
+def require_int(name: str, value, minimum: int) -> int:
+    """``value`` as an ``int`` when it is an integer (Python or numpy, not a bool) ``>= minimum``; else
+    ``ValueError("<name> must be an integer >= <minimum>, got <value!r>")``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)

@@ -1,0 +1,381 @@
+"""The sweep's schedule: :func:`run_sweep` (the plan, the upstream ``dvc repro``, the jobs, the commit) and the engine
+loop that launches ready items into free job slots (:func:`launch_order`), collects finished jobs, re-submits failed
+ones and commits the finished items to DVC in one go (see :mod:`empriv.infra.sweep` for the whole story)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from empriv.config import SweepParams, _did_you_mean
+from empriv.infra.dvc_adapter import (RunCacheRestorer, commit_stages, quiet_logging, remove_lock_entries,
+                                      stale_lock_entries, status_of)
+from empriv.infra.sweep.jobs import Engine, attempts_of, check_slurm, require_submitit
+from empriv.infra.sweep.output import SweepOutput, SweepResult, eta_seconds, log_tail, summary_line
+from empriv.infra.sweep.plan import (Item, Plan, SweepError, load_sweep_params, make_plan, matrix_stages,
+                                     merged_resources, threads_per_job)
+
+ENGINES = ("local", "slurm")
+WAITING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED", "RESV_DEL_HOLD",
+                  "UNKNOWN")  # submitted, not running (SLURM's names; UNKNOWN: sacct has not listed the job yet)
+LOG_NAME = "sweep.log"  # the sweep's log file, in its job folder
+UP_TO_DATE_SHOWN = 8  # up-to-date items named on the terminal (all of them in the log)
+
+
+@dataclass
+class _Running:
+    item: Item
+    job: Any
+    submitted: float
+    attempts_seen: int  # starts recorded for the item when this job was last looked at
+    starts: int = 0  # starts of this job seen so far (> 1: requeued)
+
+
+def _rel(path: Path | str, root: Path) -> str:
+    path = Path(path)
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip() and not set(ln.strip()) <= {"-"}]
+    # a job's traceback: its last line holds the error; submitit's own messages start with their point
+    errors = [ln for ln in lines if re.match(r"^[A-Za-z_.]+(Error|Exception)\b", ln)]
+    line = errors[-1] if errors else (lines[0] if lines else "no message")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list[str] | None = None,
+              items: list[str] | None = None, jobs: int | None = None, params: str | Path | None = None,
+              dry_run: bool = False, poll_s: float | None = None, everything: bool = False,
+              echo: Callable[[str], None] = print, tty: bool | None = None) -> SweepResult:
+    """Run a sweep (see the module docstring) and return what happened.
+
+    What the user should see goes to ``echo`` (the plan's header, warnings, failures, the commit) with the progress:
+    a tqdm bar on a terminal (``tty`` None: stderr is one), else a line per tenth of the items or 30 s
+    (:mod:`empriv.infra.sweep.output`). Every line, and the per-job events only there, goes to the sweep's log file
+    ``<job folder>/sweep.log``, which the first line names (a dry run has none).
+
+    ``everything`` (``--all``): every stage of dvc.yaml runs as a job of the sweep, single stages included (in
+    dependency order, two independent ones at once where ``jobs`` allows), and all of them are committed together:
+    what ``dvc repro`` does for the whole pipeline, without DVC's rewrite of dvc.lock after each stage."""
+    root = Path(root).resolve()
+    if everything and (stages is not None or items):
+        raise SweepError(f"--all: every stage of dvc.yaml is swept; --stages and --items select some (got --all with "
+                         f"{'--stages' if stages is not None else '--items'}; allowed: one or the other)")
+    sweep = load_sweep_params(Path(params) if params else root / "params.yaml")
+    engine = engine or sweep.engine
+    if engine not in ENGINES:
+        raise SweepError(f"--engine: unknown engine (got {engine!r}; allowed: {', '.join(ENGINES)})")
+    if jobs is not None and jobs < 1:
+        raise SweepError(f"--jobs: must be >= 1 (got {jobs}; allowed: an integer >= 1)")
+    jobs = jobs or sweep.jobs
+    all_names, matrix = matrix_stages(root)
+    stage_names = list(all_names) if everything else stages if stages is not None else list(sweep.stages)
+    stages_key = "--stages" if stages is not None else "sweep.stages"
+    for name in sweep.resources:
+        if name not in all_names:
+            raise SweepError(f"sweep.resources.{name}: not a stage of dvc.yaml{_did_you_mean(name, all_names)} "
+                             f"(got {name!r}; allowed: {', '.join(matrix) or 'matrix stages'})")
+    if not dry_run:  # fail on the engine before anything runs
+        require_submitit(engine)
+        if engine == "slurm":
+            check_slurm({merged_resources(sweep, s).partition for s in [*stage_names, *sweep.resources]
+                         if s in all_names})
+
+    with quiet_logging():
+        plan = make_plan(root, stage_names, items, stages_key=stages_key, everything=everything)
+    result = SweepResult(plan=plan)
+    out = SweepOutput(echo, tty=tty)
+    try:
+        with quiet_logging():
+            result = _sweep(root, plan, result, out, engine=engine, sweep=sweep, stages_key=stages_key, items=items,
+                            jobs=jobs, params=params, dry_run=dry_run, poll_s=poll_s, matrix=matrix)
+        out.note(summary_line(result))  # the line the command prints last (a dry run has no log)
+        return result
+    finally:
+        out.close_log()
+
+def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, engine: str, sweep: SweepParams,
+           stages_key: str, items: list[str] | None, jobs: int, params: str | Path | None, dry_run: bool,
+           poll_s: float | None, matrix: list[str]) -> SweepResult:
+    echo = out.say
+    folder = None
+    if not dry_run:  # the job folder and its log first: the first line says where the log is
+        folder = Path(sweep.folder)
+        folder = (folder if folder.is_absolute() else root / folder) / \
+            f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        out.open_log(folder / LOG_NAME)
+        result.folder, result.log = folder, folder / LOG_NAME
+    between = [i.address for i in plan.items if i.between]
+    echo(f"sweep: engine {engine}, stages {', '.join(plan.stages)}"
+         + (f" (and between them: {', '.join(between)})" if between else "")
+         + f": {len(plan.items)} items, {len(plan.to_run)} to run, {len(plan.up_to_date)} up to date"
+         + (f"; log {_rel(folder / LOG_NAME, root)}" if folder is not None else ""))
+    if plan.empty:
+        echo(f"no items (empty matrix), skipped: {', '.join(plan.empty)}")
+    if engine == "local":
+        threads = threads_per_job(Path(params) if params else root / "params.yaml")
+        cpus = os.cpu_count() or 1
+        if min(jobs, max(1, len(plan.to_run))) * threads > cpus:
+            echo(f"warning: {jobs} local jobs x runtime.threads {threads} = {jobs * threads} torch threads on {cpus} "
+                 f"CPUs: the jobs compete for the cores (set runtime.threads to {max(1, cpus // jobs)}, or --jobs "
+                 f"{max(1, cpus // threads)})")
+    if plan.up_to_date:
+        listed = [i.address for i in plan.up_to_date]
+        if len(listed) > UP_TO_DATE_SHOWN:
+            out.note(f"up to date (skipped): {', '.join(listed)}")
+            out.echo(f"up to date (skipped): {', '.join(listed[:UP_TO_DATE_SHOWN])} and "
+                     f"{len(listed) - UP_TO_DATE_SHOWN} more (all of them in the log)")
+        else:
+            echo(f"up to date (skipped): {', '.join(listed)}")
+    for s in dict.fromkeys(i.stage for i in plan.items):
+        if engine == "slurm":
+            r = merged_resources(sweep, s)
+            echo(f"resources of {s}: partition {r.partition or '(default)'}, {r.cpus_per_task} CPUs, "
+                 f"{r.gpus_per_node} GPUs, {r.mem_gb:g} GB, {r.timeout_min} min"
+                 + (f", {r.additional}" if r.additional else ""))
+    if dry_run:
+        if plan.stale_upstream:
+            echo(f"upstream would run first (dvc repro {' '.join(plan.upstream)}): {', '.join(plan.stale_upstream)}")
+        for i in plan.to_run:
+            echo(f"would run {i.address}" + (f" after {', '.join(i.needs)}" if i.needs else "") + f": {i.commands[0]}")
+        return result
+
+    if plan.upstream:
+        echo(f"upstream: dvc repro {' '.join(plan.upstream)}"
+             + ("" if plan.stale_upstream else " (up to date)"))
+        serial = [u for u in plan.stale_upstream if "@" in u and u.partition("@")[0] in matrix]
+        if serial:
+            echo(f"note: {len(serial)} stale item(s) of matrix stages upstream run in that dvc repro, one after "
+                 f"another ({', '.join(sorted({u.partition('@')[0] for u in serial}))}): add their stage to the "
+                 "sweep's stages to run them as jobs")
+        if plan.stale_upstream:
+            run = subprocess.run([sys.executable, "-m", "dvc", "repro", *plan.upstream], cwd=root)
+            if run.returncode != 0:
+                raise SweepError(f"upstream: `dvc repro {' '.join(plan.upstream)}` failed (exit status "
+                                 f"{run.returncode}); nothing was submitted")
+            plan = make_plan(root, plan.stages, items, stages_key=stages_key)  # staleness after the upstream run
+            result.plan = plan
+            echo(f"after upstream: {len(plan.to_run)} to run, {len(plan.up_to_date)} up to date")
+    if not plan.to_run:
+        echo("nothing to run: every item is up to date")
+        _prune_lock(root, echo, plan.lock_stale)
+        return result
+
+    runner = Engine(engine, sweep, folder, sorted({i.stage for i in plan.to_run}))
+    # local: a finished job is seen within 0.1 s (0.5 s cost ~0.25 s per item of a two-job slot)
+    poll_s = poll_s if poll_s is not None else (2.0 if engine == "slurm" else 0.1)
+    out.note(f"job folder: {_rel(folder, root)}")
+    _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, out)
+    _collect(plan, result, root, echo)
+    _prune_lock(root, echo)
+    return result
+
+
+def _prune_lock(root: Path, echo: Callable[[str], None], stale: list[str] | None = None) -> list[str]:
+    """Remove the stale entries of dvc.lock (:func:`~empriv.infra.dvc_adapter.stale_lock_entries`: stages dvc.yaml no
+    longer has); ``stale``: those entries as the plan found them (nothing has been committed since), else read
+    again."""
+    stale = stale_lock_entries(root) if stale is None else stale
+    if stale:
+        remove_lock_entries(root, stale)
+        shown = ", ".join(stale[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
+        echo(f"dvc.lock: removed {len(stale)} entr{'y' if len(stale) == 1 else 'ies'} of stages dvc.yaml no longer "
+             f"has ({shown})")
+    return stale
+
+
+def _depths(items: list[Item]) -> dict[str, int]:
+    """Per item, the number of items on the longest chain from it to the end of the sweep (itself included): what
+    must still run, one after another, once it has run."""
+    below: dict[str, list[str]] = {i.address: [] for i in items}
+    for i in items:
+        for n in i.needs:
+            if n in below:
+                below[n].append(i.address)
+    depth: dict[str, int] = {}
+    for i in reversed(items):  # items are in dependency order: what depends on an item comes after it
+        depth[i.address] = 1 + max((depth[a] for a in below[i.address] if a in depth), default=0)
+    return depth
+
+
+def launch_order(ready: list[Item], depth: dict[str, int], seconds: dict[str, list[float]]) -> list[Item]:
+    """The order in which ready items take free job slots: the longest chain still below an item first (the
+    ``train@`` items before the ``audit@`` items, which only ``analyze`` waits for), then, among equals, the stage
+    whose jobs have taken longest so far — a stage not yet timed first, to learn it — so the long ``audit@`` jobs
+    fill slots beside the short ``score@`` ones rather than all coming at the end; ties keep dvc.yaml's order."""
+    def mean(stage: str) -> float:
+        done = seconds.get(stage)
+        return sum(done) / len(done) if done else float("inf")
+
+    position = {i.address: k for k, i in enumerate(ready)}
+    return sorted(ready, key=lambda i: (-depth.get(i.address, 1), -mean(i.stage), position[i.address]))
+
+def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folder: Path, sweep: SweepParams,
+              jobs: int, poll_s: float, out: SweepOutput) -> None:
+    """Run the plan's stale items as jobs. Per-job events go to the log (``out.note``); the user sees the progress,
+    retries and failures (``out.say``)."""
+    todo = [i for i in plan.to_run]
+    stale = {i.address for i in todo}
+    finished: set[str] = {i.address for i in plan.up_to_date}
+    running: dict[str, _Running] = {}
+    submitted_once: set[str] = set()
+    last_counts = None
+    last_refresh = time.monotonic()
+    max_attempts = sweep.max_retries + 1
+    depth = _depths(plan.items)
+    seconds: dict[str, list[float]] = {}  # command seconds of the finished jobs, per stage (launch_order)
+    held: dict[str, list[float]] = {}  # slot seconds (submission to completion) of the finished jobs, per stage (ETA)
+    peak = 1  # most jobs seen running at once (SLURM's parallelism for the ETA)
+
+    def n_running() -> int:
+        return sum(runner.state(r.job) not in WAITING_STATES for r in running.values())  # or ended, to be collected
+
+    def counts(n_run: int) -> str:
+        return (f"jobs: {len(running) - n_run} submitted, {n_run} running, "
+                f"{len(result.done) + len(result.restored) + len(result.unchanged)} done, {len(result.failed)} failed, "
+                f"{len(todo)} waiting (of {len(stale)})")
+
+    def show(n_run: int) -> None:
+        now = time.monotonic()
+        waiting: dict[str, int] = {}
+        for i in todo:
+            waiting[i.stage] = waiting.get(i.stage, 0) + 1
+        eta = eta_seconds(held, waiting, [(r.item.stage, now - r.submitted) for r in running.values()],
+                          jobs if runner.name == "local" else peak)
+        n_finished = (len(result.done) + len(result.restored) + len(result.unchanged) + len(result.failed)
+                      + len(result.blocked))
+        out.update(n_finished, n_run, len(result.failed), eta)
+
+    restore = RunCacheRestorer(root)
+    out.start(len(stale))
+    try:
+        while todo or running:
+            # collect what finished
+            if runner.name == "slurm" and time.monotonic() - last_refresh > 20:
+                runner.refresh()  # a job killed outside submitit is only seen through sacct
+                last_refresh = time.monotonic()
+            for address, r in list(running.items()):
+                if not r.job.done():
+                    started = len(attempts_of(folder, address))
+                    if started > r.attempts_seen:
+                        r.starts += started - r.attempts_seen
+                        r.attempts_seen = started
+                        if r.starts > 1:  # this job started again: requeued after a preemption or timeout
+                            out.note(f"requeued {address} (job {r.job.job_id}): attempt {started} of {max_attempts} "
+                                     "started")
+                    continue
+                del running[address]
+                error = r.job.exception()
+                attempts = attempts_of(folder, address)
+                result.retries[address] = max(0, len(attempts) - 1)
+                log = _rel(r.job.paths.stderr, root)
+                if error is None:
+                    done = r.job.result()
+                    seconds.setdefault(r.item.stage, []).append(done["seconds"])
+                    held.setdefault(r.item.stage, []).append(time.monotonic() - r.submitted)
+                    result.done.append(address)
+                    finished.add(address)
+                    retried = f", {result.retries[address]} retr{'y' if result.retries[address] == 1 else 'ies'}" \
+                        if result.retries[address] else ""
+                    out.note(f"done {address} (job {r.job.job_id}, {done['seconds']:.1f} s{retried})")
+                    continue
+                if type(error).__name__ == "UncompletedJobError":  # no result: killed, timed out, cancelled
+                    reason = f"job ended without a result (state {runner.state(r.job)})"
+                else:
+                    reason = _one_line(str(error))
+                if len(attempts) < max_attempts:
+                    out.say(f"retry {address} (attempt {len(attempts) + 1} of {max_attempts}): job {r.job.job_id} "
+                            f"failed: {reason}; log {log}")
+                    todo.insert(0, r.item)
+                    continue
+                result.failed[address] = f"{reason}; log {log}"
+                out.say(f"failed {address} (job {r.job.job_id}, {len(attempts)} attempt(s)): {reason}; log {log}")
+                tail = log_tail(r.job.paths.stderr)
+                out.say(f"  the last {len(tail)} line(s) its command wrote to stderr:" if tail else
+                        "  its command wrote nothing to stderr")
+                for line in tail:
+                    out.say(f"  | {line}")
+            # launch what is ready
+            for item in launch_order(todo, depth, seconds):
+                if any(n in result.failed or n in result.blocked for n in item.needs):
+                    todo.remove(item)
+                    result.blocked.append(item.address)
+                    out.note(f"blocked {item.address}: it needs "
+                             f"{', '.join(n for n in item.needs if n not in finished)}, which failed")
+                    continue
+                if not all(n in finished for n in item.needs if n in stale) or (
+                        runner.name == "local" and len(running) >= jobs):
+                    continue
+                todo.remove(item)
+                if item.address not in submitted_once:
+                    submitted_once.add(item.address)
+                    if not item.changed and restore.unchanged(item.address):
+                        # as `dvc repro` decides at each stage's turn: what it needs re-ran and gave the same outputs
+                        result.unchanged.append(item.address)
+                        finished.add(item.address)
+                        out.note(f"up to date at its turn: {item.address} (what it needs re-ran with the same "
+                                 "outputs)")
+                        continue
+                    if restore.restore(item.address):
+                        result.restored.append(item.address)
+                        finished.add(item.address)
+                        out.note(f"restored {item.address} from DVC's run-cache (an identical run's outputs; no job)")
+                        continue
+                job = runner.submit(item, root)
+                result.jobs.setdefault(item.address, []).append(str(job.job_id))
+                running[item.address] = _Running(item, job, time.monotonic(),
+                                                 len(attempts_of(folder, item.address)))
+                out.note(f"submitted {item.address}: job {job.job_id}, logs {_rel(job.paths.stdout, root)} and .err")
+            n_run = n_running()
+            peak = max(peak, n_run)
+            line = counts(n_run)
+            if line != last_counts:
+                out.note(line)
+                last_counts = line
+            show(n_run)
+            if todo or running:
+                time.sleep(poll_s)
+        out.close()
+    except KeyboardInterrupt:
+        out.close()
+        for r in running.values():
+            try:
+                r.job.cancel(check=False)
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        out.say(f"interrupted: cancelled {len(running)} job(s); committing the {len(result.done)} finished item(s)")
+        result.failed.update({a: "interrupted" for a in running})
+        result.blocked.extend(i.address for i in todo)
+        restore.close()
+        _collect(plan, result, root, out.say)
+        raise
+    finally:
+        out.close()  # a no-op when closed above; the bar must not outlive an error
+        restore.close()
+
+def _collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], None]) -> None:
+    """Commit every finished item in this one process (dvc.lock, cache, run-cache), then check DVC's status."""
+    finished = result.done + result.restored
+    if not finished:
+        return
+    echo(f"committing {len(finished)} item(s) to dvc.lock and the DVC cache, then dvc status")
+    commit_stages(root, finished)
+    # the whole pipeline's status once, read back from disk, kept for the committed items (each stage is checked once;
+    # per target with its deps, the upstream stages they share were checked once per item)
+    result.status = status_of(root, finished)
+    if result.status:
+        echo(f"dvc status after the commit is not clean: {json.dumps(result.status)}")
+    else:
+        echo(f"committed {len(finished)} item(s) to dvc.lock and the DVC cache; dvc status of them: clean")
+    if plan.downstream:
+        echo(f"stages below the sweep are now stale: {', '.join(plan.downstream)} (run `dvc repro` to update them)")
