@@ -50,7 +50,7 @@ import torch
 
 log = logging.getLogger("empriv.train")
 
-FORMAT = 1
+FORMAT = 2  # 2: the DP loop skeleton's state (curves by name, empty count, extra state)
 PREFIX = "step-"
 TMP_PREFIX = ".tmp-step-"
 FILES = ("tensors.pt", "state.json")
@@ -235,8 +235,13 @@ def run_facts(params, run, *, n: int, noise_multiplier: float | None, streams, d
 
 
 # -------------------------------------------------------------------------------------------- state helpers
-def trainable_named(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+def trainable_named(model: torch.nn.Module, *, what: str | None = None) -> list[tuple[str, torch.nn.Parameter]]:
+    """The trainable parameters (``requires_grad``) by name, in ``named_parameters`` order (tied ones once);
+    ``what``: raise ``ValueError`` when there are none, saying what needed them."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named and what is not None:
+        raise ValueError(f"the model has no trainable parameters (requires_grad): {what}")
+    return named
 
 
 def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -327,4 +332,4 @@ def _fsync_dir(path: Path) -> None:
 
 
 __all__ = ["Checkpointer", "Snapshot", "capture_rng", "describe_difference", "load_trainable_state", "params_digest",
-           "restore_rng", "run_facts", "tensors_digest", "trainable_digest", "trainable_state"]
+           "restore_rng", "run_facts", "tensors_digest", "trainable_digest", "trainable_named", "trainable_state"]
