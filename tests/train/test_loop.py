@@ -139,7 +139,6 @@ def test_user_sampling_selects_the_sampled_units_records_step_by_step():
              for g in [torch.Generator().manual_seed(3)] for _ in range(4)]
     assert [b.units.tolist() for b in batches] == [u.tolist() for u in again]
     assert all(set(b.unit_ids.tolist()) <= set(b.units.tolist()) for b in batches)
-    assert sampling.expected_batch_size == 1.5
 
     def stray(step, units):
         return ids[:1], torch.ones_like(ids[:1]), torch.tensor([5])

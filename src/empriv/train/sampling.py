@@ -150,16 +150,10 @@ class UserSampling:
 
     unit = "user"
 
-    @property
-    def expected_batch_size(self) -> float:
-        """q·N, the expected number of units per step."""
-        return self.sample_rate * self.n_units
-
     def batches(self, generator: torch.Generator, *, start: int, steps: int) -> Iterator[UnitBatch]:
         left = _remaining(start, steps)
-        if not left:
-            return iter(())
-        return self._select(poisson_unit_batches(self.n_units, self.sample_rate, left, generator), start)
+        units = poisson_unit_batches(self.n_units, self.sample_rate, left, generator) if left else iter(())
+        return self._select(units, start)
 
     def _select(self, unit_batches: Iterator[torch.Tensor], start: int) -> Iterator[UnitBatch]:
         for step, units in enumerate(unit_batches, start=start):
