@@ -1,9 +1,10 @@
 """Checkpoints of a training run, so a run killed mid-way (SIGKILL, preemption) resumes where it stopped.
 
-A :class:`Checkpointer` names a directory (one per run) and a cadence: the training loops
+A :class:`Checkpointer` names a directory (one per run) and a cadence: the DP loop skeleton
+(:class:`empriv.train.loop.DPLoop`) that every training loop runs in
 (:func:`empriv.train.dp.dp_finetune`, :func:`empriv.train.userwise.userwise_dp_sgd` and through them the
 user-level runs of :mod:`empriv.train.user_level`; :func:`empriv.train.dpzero.dpzero_prompt_tuning` with its
-prompt and streams) save their whole state after every ``every``-th
+prompt and streams; :func:`empriv.train.dpflat.dpflat_train`) saves their whole state after every ``every``-th
 step — the trainable parameters (the adapter alone when the rest is frozen: the frozen weights are
 rebuilt identically from the base), the optimizer's state (Adam's moments; the state of the optimizer
 that opacus' ``DPOptimizer`` wraps), the state of every random stream of the run (the Poisson sampler,
