@@ -1,9 +1,10 @@
 """Checkpoints of a training run, so a run killed mid-way (SIGKILL, preemption) resumes where it stopped.
 
-A :class:`Checkpointer` names a directory (one per run) and a cadence: the training loops
+A :class:`Checkpointer` names a directory (one per run) and a cadence: the DP loop skeleton
+(:class:`empriv.train.loop.DPLoop`) that every training loop runs in
 (:func:`empriv.train.dp.dp_finetune`, :func:`empriv.train.userwise.userwise_dp_sgd` and through them the
 user-level runs of :mod:`empriv.train.user_level`; :func:`empriv.train.dpzero.dpzero_prompt_tuning` with its
-prompt and streams) save their whole state after every ``every``-th
+prompt and streams; :func:`empriv.train.dpflat.dpflat_train`) saves their whole state after every ``every``-th
 step — the trainable parameters (the adapter alone when the rest is frozen: the frozen weights are
 rebuilt identically from the base), the optimizer's state (Adam's moments; the state of the optimizer
 that opacus' ``DPOptimizer`` wraps), the state of every random stream of the run (the Poisson sampler,
@@ -50,7 +51,7 @@ import torch
 
 log = logging.getLogger("empriv.train")
 
-FORMAT = 1
+FORMAT = 2  # 2: the DP loop skeleton's state (curves by name, empty count, extra state)
 PREFIX = "step-"
 TMP_PREFIX = ".tmp-step-"
 FILES = ("tensors.pt", "state.json")
@@ -235,8 +236,13 @@ def run_facts(params, run, *, n: int, noise_multiplier: float | None, streams, d
 
 
 # -------------------------------------------------------------------------------------------- state helpers
-def trainable_named(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+def trainable_named(model: torch.nn.Module, *, what: str | None = None) -> list[tuple[str, torch.nn.Parameter]]:
+    """The trainable parameters (``requires_grad``) by name, in ``named_parameters`` order (tied ones once);
+    ``what``: raise ``ValueError`` when there are none, saying what needed them."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named and what is not None:
+        raise ValueError(f"the model has no trainable parameters (requires_grad): {what}")
+    return named
 
 
 def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -327,4 +333,4 @@ def _fsync_dir(path: Path) -> None:
 
 
 __all__ = ["Checkpointer", "Snapshot", "capture_rng", "describe_difference", "load_trainable_state", "params_digest",
-           "restore_rng", "run_facts", "tensors_digest", "trainable_digest", "trainable_state"]
+           "restore_rng", "run_facts", "tensors_digest", "trainable_digest", "trainable_named", "trainable_state"]
