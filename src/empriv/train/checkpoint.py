@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from empriv.io import file_digest
+
 log = logging.getLogger("empriv.train")
 
 FORMAT = 2  # 2: the DP loop skeleton's state (curves by name, empty count, extra state)
@@ -117,7 +119,7 @@ class Checkpointer:
                 _flush(fh)
             _write_text(tmp / "state.json", json.dumps({**state, "step": step}))
             meta = {"format": FORMAT, "step": step, "fingerprint": fingerprint,
-                    "sha256": {name: _sha256(tmp / name) for name in FILES}}
+                    "sha256": {name: file_digest(tmp / name) for name in FILES}}
             _write_text(tmp / "meta.json", json.dumps(meta, indent=1))
             _fsync_dir(tmp)
             final = self.directory / f"{PREFIX}{step:09d}"
@@ -168,7 +170,7 @@ class Checkpointer:
                 if meta.get("format") != FORMAT:
                     raise ValueError(f"format {meta.get('format')!r}, this code reads {FORMAT}")
                 for name in FILES:
-                    if _sha256(path / name) != meta["sha256"][name]:
+                    if file_digest(path / name) != meta["sha256"][name]:
                         raise ValueError(f"{name} does not match its checksum")
             except (OSError, ValueError, KeyError, TypeError) as err:
                 log.warning("checkpoint %s is incomplete or corrupt (%s): ignored", path, _one_line(err))
@@ -303,14 +305,6 @@ def _short(value: Any, limit: int = 40) -> str:
 
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _flush(fh) -> None:
