@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from empriv.config import ConfigError
-from empriv.train.methods.base import Trained, TrainingMethod, adaptation_error, public_or_fail, register
+from empriv.train.methods.base import Trained, TrainingMethod, adapt, public_or_fail, register
 
 
 def _needs_public(f) -> bool:
@@ -28,14 +28,9 @@ class PrefixTuning(TrainingMethod):
                               f"cube.unit {run.unit!r}")
 
     def prepare(self, params, base, *, init_seed: int):
-        from empriv.models.adaptations import prepare_adaptation
-
         p = params.train.prefix
-        try:
-            return prepare_adaptation(base, "prefix", init_seed=init_seed, n_virtual=p.n_virtual, layers=p.layers,
-                                      reparameterize=p.reparameterize, hidden=p.hidden)
-        except ValueError as err:
-            raise adaptation_error(params, base, err) from None
+        return adapt(params, base, "prefix", init_seed=init_seed, n_virtual=p.n_virtual, layers=p.layers,
+                     reparameterize=p.reparameterize, hidden=p.hidden)
 
     def train(self, job) -> Trained:
         if not job.params.train.dpflat.enabled:
