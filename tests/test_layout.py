@@ -35,7 +35,7 @@ COVERED_ELSEWHERE = {
     "empriv.config.errors": ("tests/test_config.py", 'empriv.config'),
     "empriv.config.infra": ("tests/test_config.py", 'empriv.config'),
     "empriv.config.loading": ("tests/test_config.py", 'empriv.config'),
-    "empriv.config.methods": ("tests/train/test_methods.py", None),
+    "empriv.config.methods": ("tests/train/test_method_registry.py", None),
     "empriv.config.params": ("tests/test_config.py", 'empriv.config'),
     "empriv.config.rendering": ("tests/test_config.py", 'empriv.config'),
     "empriv.config.runs": ("tests/test_config.py", 'empriv.config'),
@@ -115,13 +115,14 @@ COVERED_ELSEWHERE = {
     "empriv.infra.tracking.runs": ("tests/infra/test_tracking.py", 'empriv.infra.tracking'),
     "empriv.infra.tracking.scrub": ("tests/infra/test_tracking.py", 'empriv.infra.tracking'),
     "empriv.train.finetune": ("tests/infra/test_tracking.py", None),
-    "empriv.train.methods.base": ("tests/train/test_methods.py", "empriv.train.methods"),
-    "empriv.train.methods.dpzero": ("tests/train/test_methods.py", "empriv.train.methods"),
-    "empriv.train.methods.full": ("tests/train/test_methods.py", "empriv.train.methods"),
-    "empriv.train.methods.head": ("tests/train/test_methods.py", "empriv.train.methods"),
-    "empriv.train.methods.lora": ("tests/train/test_methods.py", "empriv.train.methods"),
-    "empriv.train.methods.prefix": ("tests/train/test_methods.py", "empriv.train.methods"),
-    "empriv.train.methods.prompt": ("tests/train/test_methods.py", "empriv.train.methods"),
+    "empriv.train.methods": ("tests/train/test_method_registry.py", None),
+    "empriv.train.methods.base": ("tests/train/test_method_registry.py", "empriv.train.methods"),
+    "empriv.train.methods.dpzero": ("tests/train/test_method_registry.py", "empriv.train.methods"),
+    "empriv.train.methods.full": ("tests/train/test_method_registry.py", "empriv.train.methods"),
+    "empriv.train.methods.head": ("tests/train/test_method_registry.py", "empriv.train.methods"),
+    "empriv.train.methods.lora": ("tests/train/test_method_registry.py", "empriv.train.methods"),
+    "empriv.train.methods.prefix": ("tests/train/test_method_registry.py", "empriv.train.methods"),
+    "empriv.train.methods.prompt": ("tests/train/test_method_registry.py", "empriv.train.methods"),
     "empriv.train.user_level": ("tests/train/test_user_level_training.py", None),
 }
 
@@ -178,3 +179,13 @@ def test_each_covered_elsewhere_line_holds():
         if not ok:
             wrong[module] = f"{test_file} via {via}"
     assert not wrong, f"COVERED_ELSEWHERE lines that do not hold: {wrong}"
+
+
+def test_no_two_test_modules_share_a_file_name():
+    """pytest imports test modules by their base name (the test folders are not packages): a second
+    ``test_x.py`` anywhere under tests/ stops the whole run at collection, so the mirror must pick another name."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not clashes, f"test modules with the same file name: {clashes}"

@@ -1,6 +1,6 @@
-"""empriv.train.dpflat: AWP perturbation and step, KD gradient after privatisation (vs. a naive loss term),
-the non-private copy, line sharpness on quadratics, greedy elimination (analytic scores and a constructed
-prefix case), one-line errors, and the DP-Flat loop."""
+"""empriv.train.dpflat: the DP-Flat loop over the components of empriv.train.flatness (tests/train/test_flatness.py)
+with its settings from empriv.config.DPFlatParams — switches and caveats recorded, strict variants, one-line errors,
+crash and resume."""
 
 from __future__ import annotations
 
@@ -9,251 +9,26 @@ import math
 import pytest
 import torch
 
-from empriv.models.adaptations import dp_step, per_sample_gradients, prepare_adaptation
-from empriv.models.lm import encode_fixed, per_sample_mean_nll
-from empriv.train.dpflat import (
-    AWP_PUBLISHED_CAVEAT,
-    ELIMINATION_PRIVATE_CAVEAT,
-    KD_PRIVATE_CAVEAT,
-    DPFlatConfig,
-    add_kd_gradient,
-    awp_perturbation,
-    dpflat_train,
-    eliminate_prefix_layers,
-    greedy_elimination,
-    line_sharpness,
-    perturbed_dp_step,
-    prefix_sharpness,
-    restrict_prefix_layers,
-    train_nonprivate_copy,
-    trainable_state,
-    unnoised_batch_gradient,
-    weight_blocks,
-)
+from empriv.config import DPFlatParams
+from empriv.models.adaptations import prepare_adaptation
+from empriv.models.lm import encode_fixed
+from empriv.train.dpflat import dpflat_train
+from empriv.train.flatness import AWP_PUBLISHED_CAVEAT, ELIMINATION_PRIVATE_CAVEAT, KD_PRIVATE_CAVEAT
+from train.test_flatness import EOS, IDS, MASK, P, WIDTH, base, prefix_model
 
-V, D, NL, P = 300, 16, 3, 3
-EOS = V - 1
-_g = torch.Generator().manual_seed(0)
-SEQS = [torch.randint(0, V - 1, (8,), generator=_g).tolist() for _ in range(8)]
-IDS, MASK = encode_fixed(SEQS, EOS, 10)
-WIDTH = 2 * 2 * (D // 2)  # k and v, 2 heads, head_dim 8: one prefix layer's columns
-
-
-def base(dtype=torch.float64, sharp_layer=None):
-    """Tiny 3-layer GPT-2; ``sharp_layer``: that layer's attention output projection ×100 and ln_f's gain ×50,
-    which makes the loss far more curved in that layer's prefix than in the others (the constructed case)."""
-    from tiny_models import tiny_gpt2
-
-    model = tiny_gpt2(vocab_size=V, n_embd=D, n_head=2, n_layer=NL, n_positions=24, seed=0).to(dtype)
-    if sharp_layer is not None:
-        with torch.no_grad():
-            model.transformer.h[sharp_layer].attn.c_proj.weight.mul_(100.0)
-            model.transformer.ln_f.weight.mul_(50.0)
-    return model
-
-
-def prefix_model(dtype=torch.float64, **kwargs):
-    sharp = kwargs.pop("sharp_layer", None)
-    return prepare_adaptation(base(dtype, sharp), "prefix", n_virtual=P, init_seed=0, **kwargs)
-
-
-def grads(model):
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-
-
-# ----------------------------------------------------------------------------- AWP
-
-
-def test_weight_blocks_split_a_flat_prefix_per_layer_and_keep_other_tensors_whole():
-    flat = prefix_model(layers=[0, 2])
-    assert weight_blocks(flat) == [("prefix.table.weight", slice(0, WIDTH)),
-                                   ("prefix.table.weight", slice(WIDTH, 2 * WIDTH))]
-    reparam = prefix_model(reparameterize=True, hidden=4)
-    assert [b for _, b in weight_blocks(reparam)] == [None] * 5  # embedding, 2 × (weight, bias)
-
-
-def test_awp_perturbation_has_radius_gamma_norm_w_per_layer_along_the_gradient():
-    model = prefix_model()
-    w = model.prefix.table.weight.detach()
-    g = torch.randn(w.shape, generator=torch.Generator().manual_seed(1), dtype=w.dtype)
-    g[:, WIDTH:2 * WIDTH] = 0.0  # layer 1's gradient is zero: no perturbation there
-    v = awp_perturbation(model, {"prefix.table.weight": g}, gamma=0.05)["prefix.table.weight"]
-    for j in (0, 2):
-        cols = slice(j * WIDTH, (j + 1) * WIDTH)
-        assert float(v[:, cols].norm()) == pytest.approx(0.05 * float(w[:, cols].norm()), rel=1e-12)
-        assert torch.allclose(v[:, cols] / v[:, cols].norm(), g[:, cols] / g[:, cols].norm(), atol=1e-12)
-    assert torch.count_nonzero(v[:, WIDTH:2 * WIDTH]) == 0
-
-
-def test_unnoised_batch_gradient_is_the_mean_of_per_sample_gradients_and_leaves_grad_alone():
-    model = prefix_model()
-    model.prefix.table.weight.grad = torch.full_like(model.prefix.table.weight, 7.0)
-    g = unnoised_batch_gradient(model, IDS, MASK)["prefix.table.weight"]
-    ref = per_sample_gradients(model, IDS, MASK)["prefix.table.weight"].mean(0)
-    assert torch.allclose(g, ref, atol=1e-12)
-    assert float(g.norm()) > 0
-    assert torch.all(model.prefix.table.weight.grad == 7.0)
-
-
-def test_perturbed_dp_step_takes_the_gradient_at_w_plus_v_and_restores_w_exactly():
-    model = prefix_model()
-    w0 = model.prefix.table.weight.detach().clone()
-    v = awp_perturbation(model, unnoised_batch_gradient(model, IDS, MASK), gamma=0.5)
-    kw = dict(clip_norm=0.01, noise_multiplier=1.0, expected_batch_size=4.0)
-    perturbed_dp_step(model, IDS, MASK, v, generator=torch.Generator().manual_seed(3), **kw)
-    at_w_plus_v = grads(model)
-    assert torch.equal(model.prefix.table.weight.detach(), w0)
-
-    reference = prefix_model()
-    with torch.no_grad():
-        reference.prefix.table.weight.add_(v["prefix.table.weight"])
-    dp_step(reference, IDS, MASK, generator=torch.Generator().manual_seed(3), **kw)
-    assert torch.allclose(at_w_plus_v["prefix.table.weight"], reference.prefix.table.weight.grad, atol=1e-12)
-
-    dp_step(model, IDS, MASK, generator=torch.Generator().manual_seed(3), **kw)
-    assert not torch.allclose(grads(model)["prefix.table.weight"], at_w_plus_v["prefix.table.weight"], atol=1e-6)
-
-
-# ----------------------------------------------------------------------------- KD
-
-
-def _kd_setup():
-    model = prefix_model()
-    w_nor = {n: t + 0.3 * torch.randn(t.shape, generator=torch.Generator().manual_seed(5), dtype=t.dtype)
-             for n, t in trainable_state(model).items()}
-    return model, w_nor
-
-
-def test_kd_term_is_added_after_privatisation_exactly():
-    model, w_nor = _kd_setup()
-    kw = dict(clip_norm=0.01, noise_multiplier=0.7, expected_batch_size=4.0)
-    dp_step(model, IDS, MASK, generator=torch.Generator().manual_seed(2), **kw)
-    plain = grads(model)["prefix.table.weight"]
-    dp_step(model, IDS, MASK, generator=torch.Generator().manual_seed(2), **kw)
-    lam = 0.25
-    dist = add_kd_gradient(model, w_nor, lam)
-    with_kd = grads(model)["prefix.table.weight"]
-    diff = model.prefix.table.weight.detach() - w_nor["prefix.table.weight"]
-    assert dist == pytest.approx(float(diff.norm()), rel=1e-12)
-    assert torch.allclose(with_kd - plain, lam * diff / diff.norm(), atol=1e-12)
-    assert float((with_kd - plain).norm()) == pytest.approx(lam, rel=1e-9)  # ‖∇λ‖w − w_nor‖₂‖ = λ
-
-    dp_step(model, IDS, MASK, generator=torch.Generator().manual_seed(2), **kw)
-    add_kd_gradient(model, w_nor, 0.0)
-    assert torch.equal(grads(model)["prefix.table.weight"], plain)
-
-
-def test_kd_term_added_to_the_loss_is_clipped_and_diluted_by_the_dp_step():
-    """The naive alternative: each sample's loss ℓ_i + λ‖w − w_nor‖₂, then clip, sum, /b (σ = 0)."""
-    model, w_nor = _kd_setup()
-    lam, clip, b = 0.25, 0.01, 4.0
-    param = model.prefix.table.weight
-    naive = torch.zeros_like(param)
-    for i in range(IDS.shape[0]):
-        loss = per_sample_mean_nll(model, IDS[i:i + 1], MASK[i:i + 1]).sum() \
-            + lam * (param - w_nor["prefix.table.weight"]).norm()
-        (g,) = torch.autograd.grad(loss, [param])
-        naive += g * min(1.0, clip / (float(g.norm()) + 1e-6))
-    naive /= b
-    dp_step(model, IDS, MASK, clip_norm=clip, noise_multiplier=0.0, generator=None, expected_batch_size=b)
-    plain = param.grad.detach().clone()
-    add_kd_gradient(model, w_nor, lam)
-    after = param.grad.detach()
-    naive_term, applied_term = naive - plain, after - plain
-    assert float(applied_term.norm()) == pytest.approx(lam, rel=1e-9)
-    # every sample's gradient (norm ≈ λ) is clipped to C: the naive version carries at most n·C/b of the term
-    assert float(naive_term.norm()) <= 2 * IDS.shape[0] * clip / b < lam / 2
-    assert not torch.allclose(naive, after, atol=1e-3)
-
-
-def test_nonprivate_copy_is_sgd_from_w_and_leaves_w_alone():
-    model = prefix_model()
-    w0 = model.prefix.table.weight.detach().clone()
-    g = unnoised_batch_gradient(model, IDS, MASK)["prefix.table.weight"]
-    one = train_nonprivate_copy(model, IDS, MASK, steps=1, lr=0.5)
-    assert torch.allclose(one.weights["prefix.table.weight"], w0 - 0.5 * g, atol=1e-12)
-    assert torch.equal(model.prefix.table.weight.detach(), w0)
-    assert one.caveat == KD_PRIVATE_CAVEAT
-    many = train_nonprivate_copy(model, IDS, MASK, steps=15, lr=50.0, data_source="public")
-    assert many.caveat is None and many.data_source == "public"
-    assert many.losses[-1] < many.losses[0] - 0.01
-
-
-# ----------------------------------------------------------------------------- sharpness, elimination
-
-
-def test_line_sharpness_on_a_quadratic_matches_the_closed_form():
-    # L(w) = ½ a ‖w‖², ∇L = a w, L(w − η a w) = ½ a (1 − η a)² ‖w‖², max over η ∈ {0, .1, …, 1}
-    w = torch.tensor([1.0, -2.0], dtype=torch.float64, requires_grad=True)
-    for a, ascent in [(3.0, False), (0.5, False), (0.5, True), (3.0, True)]:
-        l0 = 0.5 * a * 5.0
-        worst = max(0.5 * a * (1 + (1 if ascent else -1) * (i / 10) * a) ** 2 * 5.0 - l0 for i in range(11))
-        got = line_sharpness(lambda: 0.5 * a * (w ** 2).sum(), [w], ascent=ascent)
-        assert got == pytest.approx(worst / (1 + l0), rel=1e-12)
-        assert torch.equal(w.detach(), torch.tensor([1.0, -2.0], dtype=torch.float64))
-    assert line_sharpness(lambda: 0.25 * (w ** 2).sum(), [w]) == 0.0  # gentle curvature: descent never overshoots
-    assert line_sharpness(lambda: 1.5 * (w ** 2).sum(), [w]) == pytest.approx((0.5 * 3 * 4 * 5 - 7.5) / 8.5)
-
-
-def test_greedy_elimination_with_analytic_scores():
-    curvature = {0: 1.0, 1: 5.0, 2: 2.0, 3: 3.0}
-    calls = []
-
-    def score(layers):
-        calls.append(layers)
-        return sum(curvature[i] for i in layers)
-
-    r = greedy_elimination([0, 1, 2, 3], score, target_layers=1)
-    assert r.removed == [1, 3, 2] and r.kept == (0,)
-    assert r.initial_sharpness == 11.0 and r.final_sharpness == 1.0
-    assert r.rounds[0]["scores"] == {0: 10.0, 1: 6.0, 2: 9.0, 3: 8.0}
-    assert len(calls) == 1 + 4 + 3 + 2
-    # ties: the first layer in order (Algorithm 1's strict "<")
-    assert greedy_elimination([0, 1, 2], lambda s: 0.0, target_layers=2).removed == [0]
-    # stop when the best removal does not lower the sharpness: removing layer 2 helps, then nothing does
-    bumpy = {(0, 1, 2): 3.0, (0, 1): 1.0, (1, 2): 4.0, (0, 2): 5.0, (0,): 2.0, (1,): 1.5}
-    r = greedy_elimination([0, 1, 2], bumpy.__getitem__, target_layers=1, stop_when_not_decreasing=True)
-    assert r.kept == (0, 1) and r.removed == [2] and r.rounds[-1]["removed"] is None
-    assert greedy_elimination([0, 1, 2], bumpy.__getitem__, target_layers=1).kept == (1,)
-
-
-def test_restricting_the_prefix_keeps_the_kept_layers_values():
-    for kwargs in ({}, {"reparameterize": True, "hidden": 4}):
-        model = prefix_model(**kwargs)
-        sub = restrict_prefix_layers(model, [0, 2])
-        assert sub.prefix.layers == (0, 2) and sub.base is model.base
-        full_kv, sub_kv = model.prefix(IDS[:2]), sub.prefix(IDS[:2])
-        assert set(sub_kv) == {0, 2}
-        for layer in (0, 2):
-            for a, b in zip(full_kv[layer], sub_kv[layer]):
-                # the same values; the reparameterised prefix computes them with a narrower matmul, whose float
-                # summation order the BLAS kernel may choose differently
-                torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-        same = restrict_prefix_layers(model, [0, 1, 2])
-        with torch.no_grad():
-            assert torch.equal(same(IDS).logits, model(IDS).logits)
-            assert not torch.allclose(sub(IDS).logits, model(IDS).logits)
-
-
-@pytest.mark.parametrize("sharp", [0, 1, 2])
-def test_elimination_removes_the_layer_made_sharp_by_construction_first(sharp):
-    model = prefix_model(sharp_layer=sharp)
-    r = eliminate_prefix_layers(model, IDS, MASK, target_layers=2, ascent=True)
-    assert r.removed == [sharp] and r.kept == tuple(i for i in range(NL) if i != sharp)
-    assert r.final_sharpness < 0.2 * min(v for i, v in r.rounds[0]["scores"].items() if i != sharp)
-    assert r.model.prefix.layers == r.kept and r.caveat == ELIMINATION_PRIVATE_CAVEAT
-    assert [n for n, p in r.model.named_parameters() if p.requires_grad] == ["prefix.table.weight"]
-
-
-def test_descent_sharpness_as_published_also_finds_the_sharp_last_layer():
-    model = prefix_model(sharp_layer=2)
-    scores = {k: prefix_sharpness(restrict_prefix_layers(model, k), IDS, MASK) for k in [(0, 1, 2), (0, 1)]}
-    assert scores[(0, 1, 2)] > 0.01 and scores[(0, 1)] == 0.0
-    r = eliminate_prefix_layers(model, IDS, MASK, target_layers=2, data_source="public")
-    assert r.removed == [2] and r.caveat is None
 
 
 # ----------------------------------------------------------------------------- errors
+
+
+def test_bad_settings_are_refused_where_they_are_defined():
+    """DPFlatParams validates each field (a pydantic ValidationError, a ValueError naming the field)."""
+    for kw, field in [(dict(kd=True, kd_lambda=-0.1), "kd_lambda"), (dict(awp=True, awp_steps=-1), "awp_steps"),
+                      (dict(awp=True, awp_steps=1, gamma=0.0), "gamma"),
+                      (dict(layer_elimination=True, target_layers=0), "target_layers"),
+                      (dict(layer_elimination=True), "layer_elimination"), (dict(awp_variant="noisy"), "awp_variant")]:
+        with pytest.raises(ValueError, match=field):
+            DPFlatParams(**kw)
 
 
 def test_bad_input_is_a_one_line_value_error():
@@ -261,29 +36,26 @@ def test_bad_input_is_a_one_line_value_error():
     run = dict(steps=4, sample_rate=0.5, noise_multiplier=1.0, clip_norm=1.0, lr=0.01,
                sampler_generator=torch.Generator().manual_seed(0))
     cases = [
-        (DPFlatConfig(kd=True, kd_lambda=-0.1), "kd_lambda must be >= 0, got -0.1"),
-        (DPFlatConfig(awp=True, awp_steps=5), "awp_steps (E) must be in [0, T=4], got 5"),
-        (DPFlatConfig(awp=True, awp_steps=-1), "awp_steps must be an integer >= 0, got -1"),
-        (DPFlatConfig(awp=True, awp_steps=1, gamma=0.0), "gamma must be > 0, got 0.0"),
-        (DPFlatConfig(layer_elimination=True, target_layers=0), "target_layers must be an integer in [1, 3]"),
-        (DPFlatConfig(layer_elimination=True, target_layers=4), "target_layers must be an integer in [1, 3]"),
-        (DPFlatConfig(awp_variant="noisy"), "awp_variant must be one of published, strict, got 'noisy'"),
+        (DPFlatParams(awp=True, awp_steps=5), "awp_steps (E) must be in [0, T=4], got 5"),
+        (DPFlatParams(layer_elimination=True, target_layers=4), "target_layers must be an integer in [1, 3]"),
     ]
     for config, message in cases:
         with pytest.raises(ValueError) as err:
             dpflat_train(model, IDS, MASK, config=config, **run)
         assert message in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=r"etas must be a non-empty list of step sizes in \[0, 1\]"):
+        dpflat_train(model, IDS, MASK, config=DPFlatParams(), etas=[2.0], **run)
     prompt = prepare_adaptation(base(torch.float32), "prompt", n_virtual=P, init_seed=0)
     with pytest.raises(ValueError, match="layer_elimination needs a prefix-tuned model"):
-        dpflat_train(prompt, IDS, MASK, config=DPFlatConfig(layer_elimination=True, target_layers=1), **run)
-    with pytest.raises(ValueError, match="DP-Flat layer elimination needs a prefix-tuned model"):
-        eliminate_prefix_layers(prompt, IDS, MASK, target_layers=1)
-    with pytest.raises(ValueError, match=r"kd_lambda must be >= 0, got -1"):
-        add_kd_gradient(model, trainable_state(model), -1)
-    with pytest.raises(ValueError, match=r"gamma must be > 0, got -0.5"):
-        awp_perturbation(model, trainable_state(model), -0.5)
+        dpflat_train(prompt, IDS, MASK, config=DPFlatParams(layer_elimination=True, target_layers=1), **run)
     with pytest.raises(ValueError, match="public_ids/public_mask must hold public sequences"):
-        dpflat_train(model, IDS, MASK, config=DPFlatConfig(kd=True, kd_data="public", nor_steps=1), **run)
+        dpflat_train(model, IDS, MASK, config=DPFlatParams(kd=True, kd_data="public", nor_steps=1), **run)
+
+
+def test_nor_steps_count_only_with_kd_on():
+    """train.dpflat.nor_steps (default 50) is recorded as 0 and trains nothing when KD is off."""
+    r = _train(DPFlatParams(awp=True, awp_steps=1), 1.0, steps=2)
+    assert DPFlatParams().nor_steps == 50 and r.switches["nor_steps"] == 0 and r.nor_losses == []
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -300,7 +72,7 @@ def _train(config, sigma, steps=25, model=None, public=None, lr=0.05):
 
 
 def test_dpflat_without_noise_lowers_the_loss_and_records_switches_and_caveats():
-    config = DPFlatConfig(awp=True, awp_steps=5, gamma=0.05, layer_elimination=True, target_layers=2,
+    config = DPFlatParams(awp=True, awp_steps=5, gamma=0.05, layer_elimination=True, target_layers=2,
                           kd=True, kd_lambda=1e-4, nor_steps=5, nor_lr=1.0)
     # λ below the data gradient's scale (~1e-3 on this base): under Adam a larger λ dominates the direction
     r = _train(config, None, lr=0.5)
@@ -319,16 +91,16 @@ def test_dpflat_without_noise_lowers_the_loss_and_records_switches_and_caveats()
 
 def test_strict_variants_record_no_caveat_and_strict_awp_starts_unperturbed():
     public = encode_fixed([[20, 21, 22, 23]] * 4, EOS, 10)
-    config = DPFlatConfig(awp=True, awp_variant="strict", awp_steps=3, gamma=0.05, layer_elimination=True,
+    config = DPFlatParams(awp=True, awp_variant="strict", awp_steps=3, gamma=0.05, layer_elimination=True,
                           target_layers=2, elimination_data="public", kd=True, kd_data="public", nor_steps=2)
     r = _train(config, 1.0, steps=4, public=public)
     assert r.caveats == [] and r.switches["awp_variant"] == "strict"
     # strict AWP: v = 0 at step 1 (no previous noisy gradient), so E = 1 is plain DP prefix tuning
-    strict_one = _train(DPFlatConfig(awp=True, awp_variant="strict", awp_steps=1), 1.0, steps=3)
-    plain = _train(DPFlatConfig(), 1.0, steps=3)
+    strict_one = _train(DPFlatParams(awp=True, awp_variant="strict", awp_steps=1), 1.0, steps=3)
+    plain = _train(DPFlatParams(), 1.0, steps=3)
     assert strict_one.losses == plain.losses
     assert torch.equal(strict_one.model.prefix.table.weight, plain.model.prefix.table.weight)
-    published = _train(DPFlatConfig(awp=True, awp_steps=1, gamma=0.5), 1.0, steps=3)
+    published = _train(DPFlatParams(awp=True, awp_steps=1, gamma=0.5), 1.0, steps=3)
     assert published.losses[0] != plain.losses[0]  # the first step's loss is taken at w + v
     assert published.caveats == [AWP_PUBLISHED_CAVEAT]
     assert not math.isnan(sum(published.losses))
@@ -347,9 +119,10 @@ def test_a_crashed_dpflat_run_resumes_bit_identical(tmp_path, variant, monkeypat
     8 with a checkpoint every 2 steps: the re-run redoes the elimination and w_nor, resumes after step 4 and ends
     with the uninterrupted run's weights and curves; the checkpoints are gone."""
     import empriv.train.dpflat as dpflat_mod
+    import empriv.train.flatness as flatness_mod
     from empriv.train.checkpoint import Checkpointer
 
-    config = DPFlatConfig(awp=True, awp_variant=variant, awp_steps=6, gamma=0.05, layer_elimination=True,
+    config = DPFlatParams(awp=True, awp_variant=variant, awp_steps=6, gamma=0.05, layer_elimination=True,
                           target_layers=2, kd=True, kd_lambda=1e-3, nor_steps=3, nor_lr=0.5)
 
     def run(checkpoint=None):
@@ -370,10 +143,12 @@ def test_a_crashed_dpflat_run_resumes_bit_identical(tmp_path, variant, monkeypat
             raise _Crash
         return real_step(*args, **kwargs)
 
-    monkeypatch.setattr(dpflat_mod, "dp_step", crashing_step)
+    for module in (dpflat_mod, flatness_mod):  # the loop's own step and AWP's perturbed step
+        monkeypatch.setattr(module, "dp_step", crashing_step)
     with pytest.raises(_Crash):
         run(ck)
-    monkeypatch.setattr(dpflat_mod, "dp_step", real_step)
+    for module in (dpflat_mod, flatness_mod):
+        monkeypatch.setattr(module, "dp_step", real_step)
     assert [p.name for p in ck.checkpoints()] == ["step-000000004"]
     res = run(ck)
     assert res.resumed_from_step == 4 and ref.resumed_from_step is None

@@ -80,3 +80,24 @@ def test_micro_batches_of_empty_batch():
 def test_micro_batches_bad_size():
     with pytest.raises(ValueError, match="micro batch size must be >= 1, got 0"):
         micro_batches(torch.arange(3), 0)
+
+
+# ----------------------------------------------------------------------------- the privacy unit as a strategy
+
+
+def test_record_and_group_sampling_draw_the_poisson_batches_from_step_start():
+    from empriv.train.sampling import GroupSampling, RecordSampling
+
+    want = list(poisson_batches(24, 0.25, 5, torch.Generator().manual_seed(0)))
+    got = list(RecordSampling(24, 0.25).batches(torch.Generator().manual_seed(0), start=0, steps=5))
+    assert [b.tolist() for b in got] == [b.tolist() for b in want]
+    # Group Privacy: the same draws over units × k slots, q = b / (N·K)
+    group = GroupSampling.of(6, 4, 6)
+    assert (group.n, group.sample_rate, group.unit) == (24, 0.25, "group")
+    resumed = torch.Generator().manual_seed(0)
+    list(poisson_batches(24, 0.25, 2, resumed))  # the sampler's position after 2 steps is its generator's state
+    rest = list(group.batches(resumed, start=2, steps=5))
+    assert [b.tolist() for b in rest] == [b.tolist() for b in want[2:]]
+    assert list(group.batches(resumed, start=5, steps=5)) == []
+    with pytest.raises(ValueError, match=r"n must be units × k = 6 × 4 = 24 slots, got 20"):
+        GroupSampling(n=20, sample_rate=0.1, n_units=6, k=4)

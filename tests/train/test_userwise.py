@@ -12,10 +12,10 @@ from tiny_models import tiny_gpt2
 
 from empriv.models.adapters import conv1d_to_linear
 from empriv.models.lm import encode_fixed, per_sample_mean_nll
+from empriv.train.sampling import poisson_unit_batches
 from empriv.train.userwise import (
     UserwiseAggregator,
     fixed_records_per_unit,
-    poisson_unit_batches,
     userwise_dp_sgd,
     userwise_noised_gradient,
 )

@@ -1,9 +1,10 @@
 """Checkpoints of a training run, so a run killed mid-way (SIGKILL, preemption) resumes where it stopped.
 
-A :class:`Checkpointer` names a directory (one per run) and a cadence: the training loops
+A :class:`Checkpointer` names a directory (one per run) and a cadence: the DP loop skeleton
+(:class:`empriv.train.loop.DPLoop`) that every training loop runs in
 (:func:`empriv.train.dp.dp_finetune`, :func:`empriv.train.userwise.userwise_dp_sgd` and through them the
 user-level runs of :mod:`empriv.train.user_level`; :func:`empriv.train.dpzero.dpzero_prompt_tuning` with its
-prompt and streams) save their whole state after every ``every``-th
+prompt and streams; :func:`empriv.train.dpflat.dpflat_train`) saves their whole state after every ``every``-th
 step — the trainable parameters (the adapter alone when the rest is frozen: the frozen weights are
 rebuilt identically from the base), the optimizer's state (Adam's moments; the state of the optimizer
 that opacus' ``DPOptimizer`` wraps), the state of every random stream of the run (the Poisson sampler,
@@ -48,9 +49,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from empriv.io import file_digest
+
 log = logging.getLogger("empriv.train")
 
-FORMAT = 1
+FORMAT = 2  # 2: the DP loop skeleton's state (curves by name, empty count, extra state)
 PREFIX = "step-"
 TMP_PREFIX = ".tmp-step-"
 FILES = ("tensors.pt", "state.json")
@@ -116,7 +119,7 @@ class Checkpointer:
                 _flush(fh)
             _write_text(tmp / "state.json", json.dumps({**state, "step": step}))
             meta = {"format": FORMAT, "step": step, "fingerprint": fingerprint,
-                    "sha256": {name: _sha256(tmp / name) for name in FILES}}
+                    "sha256": {name: file_digest(tmp / name) for name in FILES}}
             _write_text(tmp / "meta.json", json.dumps(meta, indent=1))
             _fsync_dir(tmp)
             final = self.directory / f"{PREFIX}{step:09d}"
@@ -167,7 +170,7 @@ class Checkpointer:
                 if meta.get("format") != FORMAT:
                     raise ValueError(f"format {meta.get('format')!r}, this code reads {FORMAT}")
                 for name in FILES:
-                    if _sha256(path / name) != meta["sha256"][name]:
+                    if file_digest(path / name) != meta["sha256"][name]:
                         raise ValueError(f"{name} does not match its checksum")
             except (OSError, ValueError, KeyError, TypeError) as err:
                 log.warning("checkpoint %s is incomplete or corrupt (%s): ignored", path, _one_line(err))
@@ -235,8 +238,13 @@ def run_facts(params, run, *, n: int, noise_multiplier: float | None, streams, d
 
 
 # -------------------------------------------------------------------------------------------- state helpers
-def trainable_named(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+def trainable_named(model: torch.nn.Module, *, what: str | None = None) -> list[tuple[str, torch.nn.Parameter]]:
+    """The trainable parameters (``requires_grad``) by name, in ``named_parameters`` order (tied ones once);
+    ``what``: raise ``ValueError`` when there are none, saying what needed them."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named and what is not None:
+        raise ValueError(f"the model has no trainable parameters (requires_grad): {what}")
+    return named
 
 
 def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -299,14 +307,6 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _flush(fh) -> None:
     fh.flush()
     os.fsync(fh.fileno())
@@ -327,4 +327,4 @@ def _fsync_dir(path: Path) -> None:
 
 
 __all__ = ["Checkpointer", "Snapshot", "capture_rng", "describe_difference", "load_trainable_state", "params_digest",
-           "restore_rng", "run_facts", "tensors_digest", "trainable_digest", "trainable_state"]
+           "restore_rng", "run_facts", "tensors_digest", "trainable_digest", "trainable_named", "trainable_state"]

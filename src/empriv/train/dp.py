@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +71,7 @@ def dp_finetune(
     probe_memory: bool | None = None,
     inspect_dp_step=None,
     checkpoint=None,
+    sampling=None,
 ) -> TrainResult:
     """Train ``model`` in place for exactly ``run.steps`` steps; returns the loss curve.
 
@@ -96,20 +96,28 @@ def dp_finetune(
     delete the checkpoints when the loop completes (unless ``checkpoint.clear_on_completion`` is False).
     ``result.resumed_from_step`` is the step it resumed from. With ``train.micro_batch_size`` auto a resumed run
     keeps the micro-batch the checkpoint used (summation order, hence bit-identity, depends on it).
+
+    ``sampling``: the privacy unit's sampling strategy over the ``ids`` rows (:mod:`empriv.train.sampling`; default
+    :class:`~empriv.train.sampling.RecordSampling` at q = b/n; Group Privacy passes its
+    :class:`~empriv.train.sampling.GroupSampling` over the N·K bounded slots). The loop itself is
+    :class:`empriv.train.loop.DPLoop`; this function supplies the DP step.
     """
     from empriv.models.lm import per_sample_mean_nll
-    from empriv.infra.progress import progress
+    from empriv.randomness import RunStreams
+    from empriv.train.checkpoint import load_trainable_state, run_facts, trainable_state
+    from empriv.train.loop import DPLoop
     from empriv.train.precision import autocast, check_precision, grad_samples_to_fp32
-    from empriv.train.sampling import micro_batches, poisson_batches
+    from empriv.train.sampling import RecordSampling, micro_batches
 
     tp = params.train
     precision = params.runtime.precision
     device = torch.device(device)
     check_precision(precision, device)
     n = ids.shape[0]
-    q = run.batch_size / n
-    from empriv.randomness import RunStreams
-
+    if sampling is None:
+        sampling = RecordSampling(n, run.batch_size / n)
+    elif sampling.n != n:
+        raise ValueError(f"the sampling strategy samples {sampling.n} records, the run has {n}")
     if streams is None:
         streams = RunStreams.of(run, method=tp.method)
     gen = streams.generator("sampler")
@@ -119,20 +127,17 @@ def dp_finetune(
     if precision != "fp32" and any(p.dtype != torch.float32 for p in trainable):
         raise ValueError(f"runtime.precision {precision!r} keeps float32 master weights, but the trainable parameters "
                          f"are {sorted({str(p.dtype) for p in trainable})}: load the base in float32")
-    snapshot = fingerprint = None
-    if checkpoint is not None:
-        from empriv.train.checkpoint import load_trainable_state, run_facts
-
-        fingerprint = checkpoint.fingerprint({
-            "loop": "record", **run_facts(params, run, n=n, noise_multiplier=noise_multiplier, streams=streams,
-                                          data=(ids, mask), model=model),
-            "device": device.type, "dp_step": dp_step_kind(tp.dp_step, model, noise_multiplier is not None)[0]})
-        snapshot = checkpoint.load(fingerprint)
-        if snapshot is not None:
-            load_trainable_state(model, snapshot.tensors["trainable"])
-    optimizer = make_optimizer(tp.optimizer, trainable, run.learning_rate)
     private = noise_multiplier is not None
     step_kind, step_reason = dp_step_kind(tp.dp_step, model, private)
+    loop = DPLoop(sampling=sampling, steps=run.steps, curves=("losses", "batch_sizes", "batches"),
+                  checkpoint=checkpoint, facts=None if checkpoint is None else {
+                      "loop": "record", **run_facts(params, run, n=n, noise_multiplier=noise_multiplier,
+                                                    streams=streams, data=(ids, mask), model=model),
+                      "device": device.type, "dp_step": step_kind})
+    snapshot = loop.resume_point()
+    if snapshot is not None:
+        load_trainable_state(model, snapshot.tensors["trainable"])
+    optimizer = make_optimizer(tp.optimizer, trainable, run.learning_rate)
     fast = step_kind == "fast"
     if step_reason:
         log.info("%s: DP step %s (%s)", run.name, step_kind, step_reason)
@@ -168,22 +173,16 @@ def dp_finetune(
             tp.micro_batch_size, run=run, module=module, trainable=trainable, private=private,
             optimizer_name=tp.optimizer, seq_len=ids.shape[1], precision=precision, device=device, probe=probe_memory,
         )
-    generators = {"sampler": gen, "noise": noise_gen}
-    start, time_before = 0, 0.0
     if snapshot is not None:
-        start, time_before = _resume(snapshot, result, optimizer, generators)
-    t0 = time.time()
-    batches = poisson_batches(n, q, run.steps - start, gen) if start < run.steps else iter(())
-    desc = f"train {run.name}" + (f" (resumed at step {start})" if start else "")
-    for step, batch in enumerate(progress(batches, total=run.steps - start, desc=desc, logger=log), start=start):
+        optimizer.load_state_dict(snapshot.tensors["optimizer"])  # a DPOptimizer loads into the optimizer it wraps
+
+    def step(t: int, batch: torch.Tensor) -> dict:
         chunks = micro_batches(batch, result.micro_batch_size)
         loss_sum = 0.0
         if fast:
             from empriv.models.fast_dp import fast_dp_step
 
             optimizer.zero_grad(set_to_none=True)
-            if batch.numel() == 0:
-                result.empty_batches += 1  # noise only, still a step
             stats = fast_dp_step(model, ids[batch], mask[batch], clip_norm=tp.clip_norm,
                                  noise_multiplier=noise_multiplier, expected_batch_size=run.batch_size,
                                  generator=noise_gen, micro_batch_size=result.micro_batch_size,
@@ -197,7 +196,6 @@ def dp_finetune(
                 last = k == len(chunks) - 1
                 if chunk.numel() == 0:
                     # Empty Poisson batch: zero per-sample gradients, noise is still added below.
-                    result.empty_batches += 1
                     for p in params_list:
                         p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
                 else:
@@ -216,8 +214,6 @@ def dp_finetune(
                 optimizer.zero_grad(set_to_none=True)
         else:
             optimizer.zero_grad(set_to_none=True)
-            if batch.numel() == 0:
-                result.empty_batches += 1
             for chunk in chunks:
                 if chunk.numel() == 0:
                     continue
@@ -228,18 +224,16 @@ def dp_finetune(
             if batch.numel():
                 optimizer.step()
         bsz = int(batch.numel())
-        mean_loss = loss_sum / bsz if bsz else math.nan
-        result.losses.append(mean_loss)
-        result.batch_sizes.append(bsz)
-        result.batches.append(batch.tolist())
-        if on_step is not None:
-            on_step(step, mean_loss, bsz)
-        if checkpoint is not None and checkpoint.due(step + 1, run.steps):
-            _save(checkpoint, step + 1, fingerprint, model, optimizer, generators, result,
-                  time_before + time.time() - t0)
-    result.wall_time_s = time_before + time.time() - t0
-    if checkpoint is not None and checkpoint.clear_on_completion:
-        checkpoint.clear()
+        return {"losses": loss_sum / bsz if bsz else math.nan, "batch_sizes": bsz, "batches": batch.tolist()}
+
+    loop.run(step, generators={"sampler": gen, "noise": noise_gen},
+             tensors=lambda: {"trainable": trainable_state(model), "optimizer": optimizer.state_dict()},
+             state=lambda: {"micro_batch_size": result.micro_batch_size},
+             on_step=None if on_step is None else (lambda t, v: on_step(t, v["losses"], v["batch_sizes"])),
+             desc=f"train {run.name}", logger=log)
+    result.losses, result.batch_sizes, result.batches = (loop.curves[k] for k in ("losses", "batch_sizes", "batches"))
+    result.empty_batches, result.wall_time_s, result.resumed_from_step = loop.empty, loop.wall_time_s, \
+        loop.resumed_from_step
     if private and not fast:
         # Leave a plain module behind (no hooks) for saving.
         module._close()
@@ -265,34 +259,6 @@ def dp_step_kind(setting: str, model: torch.nn.Module, private: bool) -> tuple[s
                          f"{' …' if len(missing) > 3 else ''}: use train.dp_step auto or opacus")
     return "opacus", f"train.dp_step auto: the fast step cannot record {', '.join(missing[:3])}" \
                      f"{' …' if len(missing) > 3 else ''}; opacus' per-sample hooks instead"
-
-
-def _save(checkpoint, done: int, fingerprint: dict, model, optimizer, generators: dict, result: TrainResult,
-          train_time_s: float) -> None:
-    """Checkpoint the record-level loop after ``done`` steps (what :func:`_resume` restores)."""
-    from empriv.train.checkpoint import capture_rng, trainable_state
-
-    rng_tensors, rng_state = capture_rng(generators)
-    tensors = {"trainable": trainable_state(model), "optimizer": optimizer.state_dict(), "rng": rng_tensors}
-    state = {"losses": result.losses, "batch_sizes": result.batch_sizes, "batches": result.batches,
-             "empty_batches": result.empty_batches, "micro_batch_size": result.micro_batch_size,
-             "train_time_s": train_time_s, "rng": rng_state}
-    checkpoint.save(done, fingerprint, tensors, state)
-
-
-def _resume(snapshot, result: TrainResult, optimizer, generators: dict) -> tuple[int, float]:
-    """Restore the optimizer, the random streams and the recorded curves; returns (steps done, train time so far)."""
-    from empriv.train.checkpoint import restore_rng
-
-    s = snapshot.state
-    if len(s["losses"]) != snapshot.step:
-        raise ValueError(f"checkpoint {snapshot.path} records {len(s['losses'])} losses for {snapshot.step} steps")
-    optimizer.load_state_dict(snapshot.tensors["optimizer"])  # a DPOptimizer loads into the optimizer it wraps
-    restore_rng(snapshot.tensors["rng"], s["rng"], generators)
-    result.losses, result.batch_sizes, result.batches = list(s["losses"]), list(s["batch_sizes"]), list(s["batches"])
-    result.empty_batches = int(s["empty_batches"])
-    result.resumed_from_step = snapshot.step
-    return snapshot.step, float(s["train_time_s"])
 
 
 def resolve_micro_batch_size(setting, *, run: RunConfig, module, trainable, private: bool, optimizer_name: str,

@@ -56,7 +56,6 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -371,8 +370,9 @@ def dpzero_prompt_tuning(
     identity resumes from the latest intact checkpoint and ends bit-identical to an uninterrupted run (the steps,
     hence the accounting, counted once); the checkpoints are deleted when the loop completes.
     """
-    from empriv.infra.progress import progress
-    from empriv.train.sampling import poisson_batches
+    from empriv.train.checkpoint import tensors_digest
+    from empriv.train.loop import DPLoop
+    from empriv.train.sampling import RecordSampling
 
     n_prompt = _check_count("n_prompt", n_prompt)
     steps = _check_count("steps", steps)
@@ -404,74 +404,50 @@ def dpzero_prompt_tuning(
         expected_batch_size=b, learning_rate=lr, mu=mu, clip_norm=c, noise_multiplier=sigma,
         private=bool(sigma), streams=streams.record(),
     )
-    generators = {"sampler": sampler, "directions": directions, "noise": noise}
-    start, time_before, fingerprint = 0, 0.0, None
-    if checkpoint is not None:
-        from empriv.train.checkpoint import restore_rng, tensors_digest
+    loop = DPLoop(sampling=RecordSampling(n, q), steps=steps, checkpoint=checkpoint,
+                  curves=("losses", "batch_sizes", "clipped_fractions", "projected_gradients"), facts={
+                      "loop": "dpzero", "n": n, "n_prompt": n_prompt, "steps": steps, "sample_rate": q,
+                      "learning_rate": lr, "mu": mu, "clip_norm": c, "sigma": sigma,
+                      "micro_batch_size": micro_batch_size, "streams": f"{streams.key}|seed={streams.seed}",
+                      "data": tensors_digest(ids, mask), "init": tensors_digest(prompt),
+                      "kd": None if kd_target is None else [tensors_digest(kd_target), float(kd_lambda)]})
+    snapshot = loop.resume_point()
+    if snapshot is not None:
+        prompt = snapshot.tensors["prompt"].to(device=prompt.device, dtype=prompt.dtype)
+    theta = {"prompt": prompt}
 
-        fingerprint = checkpoint.fingerprint({
-            "loop": "dpzero", "n": n, "n_prompt": n_prompt, "steps": steps, "sample_rate": q, "learning_rate": lr,
-            "mu": mu, "clip_norm": c, "sigma": sigma, "micro_batch_size": micro_batch_size,
-            "streams": f"{streams.key}|seed={streams.seed}", "data": tensors_digest(ids, mask),
-            "init": tensors_digest(prompt),
-            "kd": None if kd_target is None else [tensors_digest(kd_target), float(kd_lambda)]})
-        snapshot = checkpoint.load(fingerprint)
-        if snapshot is not None:
-            st = snapshot.state
-            if len(st["losses"]) != snapshot.step:
-                raise ValueError(f"checkpoint {snapshot.path} records {len(st['losses'])} losses for "
-                                 f"{snapshot.step} steps")
-            prompt = snapshot.tensors["prompt"].to(device=prompt.device, dtype=prompt.dtype)
-            restore_rng(snapshot.tensors["rng"], st["rng"], generators)
-            result.losses, result.batch_sizes = list(st["losses"]), list(st["batch_sizes"])
-            result.clipped_fractions = list(st["clipped_fractions"])
-            result.projected_gradients = list(st["projected_gradients"])
-            result.empty_batches = int(st["empty_batches"])
-            result.resumed_from_step = start = snapshot.step
-            time_before = float(st["train_time_s"])
+    def step(t: int, batch: torch.Tensor) -> dict:
+        b_ids, b_mask = ids[batch], mask[batch]
+
+        def batch_losses(point: torch.Tensor) -> torch.Tensor:
+            return soft_prompt_losses(model, point, b_ids, b_mask, micro_batch_size=micro_batch_size)
+
+        new, facts = dpzero_step(batch_losses, theta["prompt"], learning_rate=lr, mu=mu, clip_norm=c,
+                                 noise_multiplier=sigma, expected_batch_size=b, direction_generator=directions,
+                                 noise_generator=noise)
+        if kd_target is not None and kd_lambda > 0:
+            diff = new - kd_target.to(device=new.device, dtype=new.dtype)
+            norm = float(diff.norm())
+            if norm > 0:
+                new = new - lr * kd_lambda * diff / norm
+        theta["prompt"] = new
+        return {"losses": facts.loss, "batch_sizes": facts.batch_size, "clipped_fractions": facts.clipped_fraction,
+                "projected_gradients": facts.projected_gradient, "facts": facts}
+
     was_training = model.training
     model.eval()
-    t0 = time.time()
     try:
-        batches = poisson_batches(n, q, steps - start, sampler) if start < steps else iter(())
-        desc = "dpzero prompt tuning" + (f" (resumed at step {start})" if start else "")
-        for step, batch in enumerate(progress(batches, total=steps - start, desc=desc, logger=log), start=start):
-            b_ids, b_mask = ids[batch], mask[batch]
-
-            def batch_losses(theta: torch.Tensor) -> torch.Tensor:
-                return soft_prompt_losses(model, theta, b_ids, b_mask, micro_batch_size=micro_batch_size)
-
-            prompt, facts = dpzero_step(
-                batch_losses, prompt, learning_rate=lr, mu=mu, clip_norm=c, noise_multiplier=sigma,
-                expected_batch_size=b, direction_generator=directions, noise_generator=noise,
-            )
-            if kd_target is not None and kd_lambda > 0:
-                diff = prompt - kd_target.to(device=prompt.device, dtype=prompt.dtype)
-                norm = float(diff.norm())
-                if norm > 0:
-                    prompt = prompt - lr * kd_lambda * diff / norm
-            result.losses.append(facts.loss)
-            result.batch_sizes.append(facts.batch_size)
-            result.clipped_fractions.append(facts.clipped_fraction)
-            result.projected_gradients.append(facts.projected_gradient)
-            result.empty_batches += facts.batch_size == 0
-            if on_step is not None:
-                on_step(step, facts)
-            if checkpoint is not None and checkpoint.due(step + 1, steps):
-                from empriv.train.checkpoint import capture_rng
-
-                rng_tensors, rng_state = capture_rng(generators)
-                checkpoint.save(step + 1, fingerprint, {"prompt": prompt.detach().cpu().clone(), "rng": rng_tensors}, {
-                    "losses": result.losses, "batch_sizes": result.batch_sizes,
-                    "clipped_fractions": result.clipped_fractions,
-                    "projected_gradients": result.projected_gradients, "empty_batches": result.empty_batches,
-                    "train_time_s": time_before + time.time() - t0, "rng": rng_state})
+        loop.run(step, generators={"sampler": sampler, "directions": directions, "noise": noise},
+                 tensors=lambda: {"prompt": theta["prompt"].detach().cpu().clone()},
+                 on_step=None if on_step is None else (lambda t, v: on_step(t, v["facts"])),
+                 desc="dpzero prompt tuning", logger=log)
     finally:
         model.train(was_training)
-    result.wall_time_s = time_before + time.time() - t0
-    if checkpoint is not None and checkpoint.clear_on_completion:
-        checkpoint.clear()
-    return prompt, result
+    for name, values in loop.curves.items():
+        setattr(result, name, values)
+    result.empty_batches, result.wall_time_s, result.resumed_from_step = loop.empty, loop.wall_time_s, \
+        loop.resumed_from_step
+    return theta["prompt"], result
 
 
 __all__ = [

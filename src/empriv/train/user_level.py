@@ -337,8 +337,11 @@ def train_user_level(params: Params, run: RunConfig, model, data: UnitData, *, p
     if unit.method == "group":
         sel = fixed_selection(run, data, rng, resample=resample)
         idx = torch.tensor(sel.records, dtype=torch.long)
+        from empriv.train.sampling import GroupSampling
+
         result = dp_finetune(model, data.ids[idx], data.mask[idx], run=run, noise_multiplier=sigma, params=params,
                              device=device, on_step=on_step, streams=streams,
+                             sampling=GroupSampling.of(data.n_units, unit.k, run.batch_size),
                              checkpoint=None if checkpoint is None else checkpoint.with_identity(
                                  loop_unit="group", n_units=data.n_units))
         facts.update(n_bounded_records=len(sel), distinct_records_used=len(set(sel.records)),
@@ -370,24 +373,16 @@ def train_user_level(params: Params, run: RunConfig, model, data: UnitData, *, p
             selection_inputs=hashlib.sha256(json.dumps([tokens, scores]).encode()).hexdigest()[:16],
             device=torch.device(device).type)
 
-    import logging
-
-    from empriv.infra.progress import progress
-
-    bar = progress(total=run.steps, desc=f"train {run.name}", logger=logging.getLogger("empriv.train"))
-
     def hook(step, s):
-        bar.update(step + 1 - bar.n)  # a resumed run starts at its checkpoint's step
         if on_step is not None:
             on_step(step, s.mean_unit_loss, s.units)
 
-    with bar:
-        out = userwise_dp_sgd(model, optimizer, select, n_units=data.n_units, unit_sample_rate=privacy["sample_rate"],
-                              steps=run.steps, clip_norm=params.train.clip_norm, noise_multiplier=sigma,
-                              sampler_generator=streams.generator("sampler"),
-                              noise_generator=streams.generator("noise", device=device) if sigma is not None else None,
-                              micro_batch_records=micro, on_step=hook, checkpoint=checkpoint,
-                              extra_state=SelectionState(rng, stats))
+    out = userwise_dp_sgd(model, optimizer, select, n_units=data.n_units, unit_sample_rate=privacy["sample_rate"],
+                          steps=run.steps, clip_norm=params.train.clip_norm, noise_multiplier=sigma,
+                          sampler_generator=streams.generator("sampler"),
+                          noise_generator=streams.generator("noise", device=device) if sigma is not None else None,
+                          micro_batch_records=micro, on_step=hook, checkpoint=checkpoint,
+                          extra_state=SelectionState(rng, stats), desc=f"train {run.name}")
     result = TrainResult(losses=[float(x) for x in out.losses], batch_sizes=list(out.units_per_step),
                          empty_batches=out.empty_steps, wall_time_s=out.wall_time_s,
                          micro_batch_size=micro or 0, precision=params.runtime.precision,

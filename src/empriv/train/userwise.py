@@ -53,17 +53,15 @@ The pipeline's User-wise units (``cube.unit: userwise-k<K>-<strategy>``) train t
 from __future__ import annotations
 
 import math
-import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-STRATEGIES = ("per_unit", "per_record")  # how per-unit gradients are computed (module docstring)
+from empriv.train.sampling import RecordSelector, UserSampling, check_records, poisson_unit_batches
 
-# (step, sampled unit indices) -> (ids [R, L], mask [R, L], unit id of every record [R])
-RecordSelector = Callable[[int, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+STRATEGIES = ("per_unit", "per_record")  # how per-unit gradients are computed (module docstring)
 
 
 # --------------------------------------------------------------------------- validation
@@ -101,37 +99,7 @@ def _check_positive_int(name: str, value) -> int:
     return value
 
 
-def check_records(ids: torch.Tensor, mask: torch.Tensor, unit_ids) -> torch.Tensor:
-    """``unit_ids`` as a 1-D long tensor with one entry per record, or one ValueError saying what is wrong."""
-    unit_ids = torch.as_tensor(unit_ids)
-    if ids.dim() != 2:
-        raise ValueError(f"ids must be [records, seq_len], got shape {tuple(ids.shape)}")
-    if tuple(mask.shape) != tuple(ids.shape):
-        raise ValueError(f"mask shape {tuple(mask.shape)} must equal ids shape {tuple(ids.shape)}")
-    if unit_ids.dim() != 1 or unit_ids.shape[0] != ids.shape[0]:
-        raise ValueError(f"unit_ids must have one entry per record ({ids.shape[0]}), got shape {tuple(unit_ids.shape)}")
-    if unit_ids.dtype.is_floating_point or unit_ids.dtype == torch.bool:
-        raise ValueError(f"unit_ids must be integers, got dtype {unit_ids.dtype}")
-    return unit_ids.long()
-
-
 # --------------------------------------------------------------------------- sampling
-
-
-def poisson_unit_batches(n_units: int, unit_sample_rate: float, steps: int,
-                         generator: torch.Generator) -> Iterator[torch.Tensor]:
-    """Yield ``steps`` sets of unit indices; each of the ``n_units`` units joins each set independently
-    with probability q = ``unit_sample_rate``, drawn from ``generator`` (one ``torch.rand(n_units)`` per step).
-
-    Sizes vary around q·N and may be 0: the step must still be noised and counted.
-    """
-    check_unit_sample_rate(unit_sample_rate)
-    _check_positive_int("n_units", n_units)
-    _check_positive_int("steps", steps)
-    if not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator (a seeded stream), got {type(generator).__name__}")
-    for _ in range(steps):
-        yield torch.nonzero(torch.rand(n_units, generator=generator) < unit_sample_rate, as_tuple=False).flatten()
 
 
 def fixed_records_per_unit(ids: torch.Tensor, mask: torch.Tensor, unit_of_record) -> RecordSelector:
@@ -175,10 +143,9 @@ class UnitStepStats:
 
 
 def _trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("the model has no trainable parameters (requires_grad): nothing to privatise")
-    return params
+    from empriv.train.checkpoint import trainable_named
+
+    return [p for _, p in trainable_named(model, what="nothing to privatise")]
 
 
 class UserwiseAggregator:
@@ -432,15 +399,17 @@ def userwise_dp_sgd(model: torch.nn.Module, optimizer: torch.optim.Optimizer, se
                     noise_generator: torch.Generator | None = None, micro_batch_records: int | str | None = None,
                     strategy: str = "per_unit",
                     on_step: Callable[[int, UnitStepStats], None] | None = None,
-                    checkpoint=None, extra_state=None) -> UserwiseRunResult:
+                    checkpoint=None, extra_state=None, desc: str | None = None) -> UserwiseRunResult:
     """Run exactly ``steps`` steps of User-wise DP-SGD on ``model`` (in place) with ``optimizer``.
 
     Units 0..``n_units``-1 are Poisson-sampled with rate q from ``sampler_generator``;
     ``select_records(step, units)`` returns the sampled units' records (ids, mask, unit id per record —
-    every id must be one of ``units``). Every step — empty ones included — sets the noised gradient
+    every id must be one of ``units``): together the :class:`~empriv.train.sampling.UserSampling` strategy of the
+    loop (:class:`empriv.train.loop.DPLoop`). Every step — empty ones included — sets the noised gradient
     and calls ``optimizer.step()``; σ is the caller's (calibrated for (q, T) by
     :func:`empriv.privacy.user_level.calibrate_user_wise`). ``noise_multiplier=None``: non-private
-    reference (see the module docstring). ``on_step(step, stats)`` is called after every step.
+    reference (see the module docstring). ``on_step(step, stats)`` is called after every step; ``desc``: a progress
+    bar over the steps.
 
     ``checkpoint`` (:class:`empriv.train.checkpoint.Checkpointer`; its identity should name the run, e.g. through
     :func:`empriv.train.checkpoint.run_facts`): save the loop's state after every ``checkpoint.every``-th step and
@@ -450,6 +419,9 @@ def userwise_dp_sgd(model: torch.nn.Module, optimizer: torch.optim.Optimizer, se
     ``load_state_dict(state)`` holding what ``select_records`` draws from (e.g. its NumPy generator), checkpointed
     with the rest. ``result.resumed_from_step`` is the step the run resumed from.
     """
+    from empriv.train.checkpoint import load_trainable_state, trainable_digest, trainable_state
+    from empriv.train.loop import DPLoop
+
     q = check_unit_sample_rate(unit_sample_rate)
     _check_positive_int("n_units", n_units)
     _check_positive_int("steps", steps)
@@ -458,98 +430,48 @@ def userwise_dp_sgd(model: torch.nn.Module, optimizer: torch.optim.Optimizer, se
         check_clip_norm(clip_norm)
         check_noise_multiplier(noise_multiplier)
     expected = q * n_units
-    result = UserwiseRunResult(expected_units=expected)
     model.train()
     agg = (UserwiseAggregator(model, clip_norm=clip_norm, noise_multiplier=noise_multiplier, expected_units=expected,
                               micro_batch_records=micro_batch_records, strategy=strategy) if private else None)
-    generators = {"sampler": sampler_generator, "noise": noise_generator}
-    start, time_before, fingerprint = 0, 0.0, None
-    if checkpoint is not None:
-        from empriv.train.checkpoint import trainable_digest
+    loop = DPLoop(sampling=UserSampling(n_units, q, select_records), steps=steps,
+                  curves=("losses", *(c for c in UserwiseRunResult._CURVES if c != "losses")),
+                  checkpoint=checkpoint, extra_state=extra_state, facts={
+                      "loop": "userwise", "n_units": n_units, "unit_sample_rate": q, "steps": steps,
+                      "clip_norm": float(clip_norm) if private else None,
+                      "sigma": float(noise_multiplier) if private else None, "strategy": strategy,
+                      "micro_batch_records": agg.micro_batch_records if agg is not None else None,
+                      "trainable": trainable_digest(model)})
 
-        fingerprint = checkpoint.fingerprint({
-            "loop": "userwise", "n_units": n_units, "unit_sample_rate": q, "steps": steps,
-            "clip_norm": float(clip_norm) if private else None,
-            "sigma": float(noise_multiplier) if private else None, "strategy": strategy,
-            "micro_batch_records": agg.micro_batch_records if agg is not None else None,
-            "trainable": trainable_digest(model)})
-        snapshot = checkpoint.load(fingerprint)
-        if snapshot is not None:
-            start, time_before = _resume(snapshot, model, optimizer, generators, extra_state, result)
-    t0 = time.time()
-    try:
-        batches = poisson_unit_batches(n_units, q, steps - start, sampler_generator) if start < steps else iter(())
-        for step, units in enumerate(batches, start=start):
-            ids, mask, unit_ids = select_records(step, units)
-            unit_ids = check_records(ids, mask, unit_ids)
-            if unit_ids.numel() and not bool(torch.isin(unit_ids, units).all()):
-                stray = sorted(set(unit_ids.tolist()) - set(units.tolist()))[:5]
-                raise ValueError(f"select_records returned records of units that were not sampled at step {step}: {stray}")
-            optimizer.zero_grad(set_to_none=True)
-            if private:
-                stats = agg(ids, mask, unit_ids, noise_generator=noise_generator, sampled_units=int(units.numel()))
-                clipped = sum(1 for x in stats.unit_grad_norms if x > clip_norm)
+    def step(t: int, batch) -> dict:
+        optimizer.zero_grad(set_to_none=True)
+        if private:
+            stats = agg(batch.ids, batch.mask, batch.unit_ids, noise_generator=noise_generator,
+                        sampled_units=batch.numel())
+            clipped = sum(1 for x in stats.unit_grad_norms if x > clip_norm)
+            optimizer.step()
+        else:
+            stats = nonprivate_unit_mean_gradient(model, batch.ids, batch.mask, batch.unit_ids)
+            stats = UnitStepStats(units=batch.numel(), records=stats.records, mean_unit_loss=stats.mean_unit_loss,
+                                  unit_order=stats.unit_order)
+            clipped = 0
+            if stats.records:
                 optimizer.step()
-            else:
-                stats = nonprivate_unit_mean_gradient(model, ids, mask, unit_ids)
-                stats = UnitStepStats(units=int(units.numel()), records=stats.records, mean_unit_loss=stats.mean_unit_loss,
-                                      unit_order=stats.unit_order)
-                clipped = 0
-                if stats.records:
-                    optimizer.step()
-            if stats.units == 0:
-                result.empty_steps += 1
-            result.units_per_step.append(stats.units)
-            result.records_per_step.append(stats.records)
-            result.losses.append(stats.mean_unit_loss)
-            result.unit_batches.append(units.tolist())
-            result.clipped_units_per_step.append(clipped)
-            if on_step is not None:
-                on_step(step, stats)
-            if checkpoint is not None and checkpoint.due(step + 1, steps):
-                _save(checkpoint, step + 1, fingerprint, model, optimizer, generators, extra_state, result,
-                      time_before + time.time() - t0)
+        return {"units_per_step": stats.units, "records_per_step": stats.records, "losses": stats.mean_unit_loss,
+                "unit_batches": batch.units.tolist(), "clipped_units_per_step": clipped, "stats": stats}
+
+    try:
+        snapshot = loop.resume_point()
+        if snapshot is not None:
+            load_trainable_state(model, snapshot.tensors["trainable"])
+            optimizer.load_state_dict(snapshot.tensors["optimizer"])
+        loop.run(step, generators={"sampler": sampler_generator, "noise": noise_generator},
+                 tensors=lambda: {"trainable": trainable_state(model), "optimizer": optimizer.state_dict()},
+                 on_step=None if on_step is None else (lambda t, v: on_step(t, v["stats"])), desc=desc)
     finally:
         if agg is not None:
             agg.close()
         optimizer.zero_grad(set_to_none=True)
-    result.wall_time_s = time_before + time.time() - t0
-    if checkpoint is not None and checkpoint.clear_on_completion:
-        checkpoint.clear()
+    result = UserwiseRunResult(**loop.curves, empty_steps=loop.empty, expected_units=expected,
+                               wall_time_s=loop.wall_time_s, resumed_from_step=loop.resumed_from_step)
     model.eval()
     return result
-
-
-def _save(checkpoint, done: int, fingerprint: dict, model, optimizer, generators: dict, extra_state,
-          result: UserwiseRunResult, train_time_s: float) -> None:
-    """Checkpoint :func:`userwise_dp_sgd` after ``done`` steps (what :func:`_resume` restores)."""
-    from empriv.train.checkpoint import capture_rng, trainable_state
-
-    rng_tensors, rng_state = capture_rng(generators)
-    tensors = {"trainable": trainable_state(model), "optimizer": optimizer.state_dict(), "rng": rng_tensors}
-    state = {**{k: getattr(result, k) for k in UserwiseRunResult._CURVES}, "empty_steps": result.empty_steps,
-             "train_time_s": train_time_s, "rng": rng_state,
-             "extra": extra_state.state_dict() if extra_state is not None else None}
-    checkpoint.save(done, fingerprint, tensors, state)
-
-
-def _resume(snapshot, model, optimizer, generators: dict, extra_state, result: UserwiseRunResult) -> tuple[int, float]:
-    from empriv.train.checkpoint import load_trainable_state, restore_rng
-
-    s = snapshot.state
-    if len(s["losses"]) != snapshot.step:
-        raise ValueError(f"checkpoint {snapshot.path} records {len(s['losses'])} losses for {snapshot.step} steps")
-    if (s["extra"] is None) != (extra_state is None):
-        raise ValueError(f"checkpoint {snapshot.path}: the record selection's state is "
-                         f"{'missing' if s['extra'] is None else 'present'}, the run "
-                         f"{'has' if extra_state is not None else 'has no'} extra_state")
-    load_trainable_state(model, snapshot.tensors["trainable"])
-    optimizer.load_state_dict(snapshot.tensors["optimizer"])
-    restore_rng(snapshot.tensors["rng"], s["rng"], generators)
-    if extra_state is not None:
-        extra_state.load_state_dict(s["extra"])
-    for k in UserwiseRunResult._CURVES:
-        setattr(result, k, list(s[k]))
-    result.empty_steps = int(s["empty_steps"])
-    result.resumed_from_step = snapshot.step
-    return snapshot.step, float(s["train_time_s"])

@@ -119,6 +119,17 @@ class TrainingMethod:
         return False
 
 
+def adapt(params: Params, base, method: str, *, init_seed: int, **options):
+    """``base`` adapted for ``method`` by :func:`empriv.models.adaptations.prepare_adaptation` with ``options``; an
+    architecture the adaptation cannot take is a one-line :class:`ConfigError` (:func:`adaptation_error`)."""
+    from empriv.models.adaptations import prepare_adaptation
+
+    try:
+        return prepare_adaptation(base, method, init_seed=init_seed, **options)
+    except ValueError as err:
+        raise adaptation_error(params, base, err) from None
+
+
 def adaptation_error(params: Params, base, err: ValueError) -> ConfigError:
     """A method the base's architecture cannot take, as a one-line :class:`ConfigError`."""
     t = params.train
@@ -183,5 +194,5 @@ def registered_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-__all__ = ["Trained", "TrainingJob", "TrainingMethod", "UnknownMethodError", "adaptation_error",
+__all__ = ["Trained", "TrainingJob", "TrainingMethod", "UnknownMethodError", "adapt", "adaptation_error",
            "get_method", "public_or_fail", "register", "registered_names", "unregister"]

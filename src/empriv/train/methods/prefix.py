@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from empriv.config import ConfigError
-from empriv.train.methods.base import Trained, TrainingMethod, adaptation_error, public_or_fail, register
+from empriv.train.methods.base import Trained, TrainingMethod, adapt, public_or_fail, register
 
 
 def _needs_public(f) -> bool:
@@ -28,14 +28,9 @@ class PrefixTuning(TrainingMethod):
                               f"cube.unit {run.unit!r}")
 
     def prepare(self, params, base, *, init_seed: int):
-        from empriv.models.adaptations import prepare_adaptation
-
         p = params.train.prefix
-        try:
-            return prepare_adaptation(base, "prefix", init_seed=init_seed, n_virtual=p.n_virtual, layers=p.layers,
-                                      reparameterize=p.reparameterize, hidden=p.hidden)
-        except ValueError as err:
-            raise adaptation_error(params, base, err) from None
+        return adapt(params, base, "prefix", init_seed=init_seed, n_virtual=p.n_virtual, layers=p.layers,
+                     reparameterize=p.reparameterize, hidden=p.hidden)
 
     def train(self, job) -> Trained:
         if not job.params.train.dpflat.enabled:
@@ -62,16 +57,12 @@ def _train_dpflat(job) -> Trained:
 
     from empriv.train.checkpoint import params_digest
     from empriv.train.dp import TrainResult
-    from empriv.train.dpflat import DPFlatConfig, dpflat_train
+    from empriv.train.dpflat import dpflat_train
     from empriv.train.sampling import poisson_batches
 
     params, run, model, ids, mask, privacy, streams, device = (job.params, job.run, job.model, job.ids, job.mask,
                                                                job.privacy, job.streams, job.device)
     f = params.train.dpflat
-    config = DPFlatConfig(awp=f.awp, awp_variant=f.awp_variant, awp_steps=f.awp_steps, gamma=f.gamma,
-                          layer_elimination=f.layer_elimination, target_layers=f.target_layers,
-                          elimination_data=f.elimination_data, kd=f.kd, kd_lambda=f.kd_lambda, kd_data=f.kd_data,
-                          nor_steps=f.nor_steps if f.kd else 0, nor_lr=f.nor_lr, nor_batch_size=f.nor_batch_size)
     needs_public = _needs_public(f)
     pub_ids, pub_mask = public_or_fail(job.public, "train.dpflat elimination_data/kd_data") if needs_public \
         else (None, None)
@@ -82,7 +73,7 @@ def _train_dpflat(job) -> Trained:
         if f.elimination_samples < pool:  # a seeded subset of the records (its own stream): the sharpness estimate
             rows = torch.randperm(pool, generator=streams.generator("sampler:elimination"))[:f.elimination_samples]
     t0 = time.time()
-    res = dpflat_train(model, ids.to(device), mask.to(device), config=config, steps=run.steps, elimination_rows=rows,
+    res = dpflat_train(model, ids.to(device), mask.to(device), config=f, steps=run.steps, elimination_rows=rows,
                        sample_rate=privacy["sample_rate"], noise_multiplier=job.noise_multiplier,
                        clip_norm=params.train.clip_norm, lr=run.learning_rate,
                        sampler_generator=streams.generator("sampler"),
