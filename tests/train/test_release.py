@@ -9,6 +9,7 @@ from dp_accounting import dp_event as E
 
 from empriv.config import RunConfig, parse_params
 from empriv.privacy import events as ev
+from empriv.train.methods import get_method
 from empriv.train.release import release_event
 
 SIGMA, Q, T = 1.3, 0.05, 8
@@ -32,7 +33,8 @@ def _flat(switches):
 
 
 def _event(params, unit="record", epsilon=8):
-    return release_event(params, RunConfig(epsilon, 10, T, 0.01, 0, unit), noise_multiplier=SIGMA, sample_rate=Q)
+    return release_event(params, RunConfig(epsilon, 10, T, 0.01, 0, unit), noise_multiplier=SIGMA, sample_rate=Q,
+                         method=get_method(params.train.method))
 
 
 def test_record_level_methods_release_dp_sgd():
@@ -98,3 +100,9 @@ def test_spent_epsilons_come_from_the_event():
     assert spent == {t: epsilon_for(SIGMA, Q, t, 1e-5, "rdp") for t in (1, 4, T)}
     doubled = spent_epsilons(SIGMA, Q, 1e-5, [4], "rdp", event_at=lambda t: ev.dp_sgd_event(SIGMA, Q, 2 * t))
     assert doubled[4] == pytest.approx(spent[T])
+
+
+def test_a_record_level_run_needs_its_method():
+    params = _params()
+    with pytest.raises(ValueError, match="pass its training method"):
+        release_event(params, RunConfig(8, 10, T, 0.01, 0, "record"), noise_multiplier=SIGMA, sample_rate=Q)

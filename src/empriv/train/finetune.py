@@ -24,14 +24,17 @@ log = logging.getLogger("empriv.train")
 def calibrate(params: Params, run: RunConfig, n: int, cache=None) -> dict:
     """σ for the run's (ε, δ) with the configured accountant, the ε that PRV and RDP report at σ, and the DpEvent
     the run releases (``dp_event``, :mod:`empriv.train.release`)."""
+    from empriv.train.methods import get_method
     from empriv.train.release import release_record
+
+    method = get_method(params.train.method)
 
     delta = params.delta_for(n)
     q = run.batch_size / n
     out = {"delta": delta, "sample_rate": q, "steps": run.steps}
     if not run.private:
         out.update(noise_multiplier=0.0, accountant=None, epsilon_prv=math.inf, epsilon_rdp=math.inf,
-                   **release_record(params, run, noise_multiplier=0.0, sample_rate=q))
+                   **release_record(params, run, noise_multiplier=0.0, sample_rate=q, method=method))
         return out
     from empriv.privacy.accounting import calibrate_noise_multiplier, epsilon_of
     from empriv.privacy.events import dp_sgd_event
@@ -47,7 +50,8 @@ def calibrate(params: Params, run: RunConfig, n: int, cache=None) -> dict:
         epsilon_calibrated=cal.epsilon,
         epsilon_prv=epsilon_of(steps_event, delta, "prv"),
         epsilon_rdp=epsilon_of(steps_event, delta, "rdp"),
-        **release_record(params, run, noise_multiplier=cal.noise_multiplier, sample_rate=q),
+        **release_record(params, run, noise_multiplier=cal.noise_multiplier, sample_rate=q,
+                         method=method),
     )
     return out
 

@@ -101,6 +101,14 @@ class TrainingMethod:
                                               on_step=job.on_step, checkpoint=job.checkpoint)
         return Trained(job.model, result, unit_facts=unit_facts)
 
+    # ------------------------------------------------------------------ what the run releases
+    def release_event(self, params: Params, run: RunConfig, *, sigma: float | None, sample_rate: float, steps: int):
+        """The DpEvent of a record-level run of this method (σ None: not private): DP-SGD, T Poisson-subsampled
+        Gaussian steps. A method with other or un-noised parts overrides it (:mod:`empriv.privacy.events`)."""
+        from empriv.privacy import events
+
+        return events.dp_sgd_event(sigma, sample_rate, steps)
+
     # ------------------------------------------------------------------ what the run records
     def facts(self, params: Params) -> dict:
         """The method (cube name), its adaptation and its settings section (``<name>_settings``)."""

@@ -30,6 +30,13 @@ class DPZero(TrainingMethod):
     def train(self, job) -> Trained:
         return _train_dpzero(job)
 
+    def release_event(self, params, run, *, sigma, sample_rate, steps):
+        from empriv.privacy import events
+
+        z = params.train.dpzero
+        return events.dpzero_event(sigma, sample_rate, steps, kd_data=z.kd_data if z.kd else None,
+                                   nor_steps=z.nor_steps)
+
     def optimizer(self, params) -> str:
         return "dpzero"
 

@@ -43,6 +43,17 @@ class PrefixTuning(TrainingMethod):
             facts["dpflat_settings"] = params.train.dpflat.model_dump()
         return facts
 
+    def release_event(self, params, run, *, sigma, sample_rate, steps):
+        f = params.train.dpflat
+        if not f.enabled:
+            return super().release_event(params, run, sigma=sigma, sample_rate=sample_rate, steps=steps)
+        from empriv.privacy import events
+
+        return events.dpflat_event(
+            sigma, sample_rate, steps, elimination_data=f.elimination_data if f.layer_elimination else None,
+            kd_data=f.kd_data if f.kd else None, nor_steps=f.nor_steps if f.kd else 0,
+            awp_variant=f.awp_variant if f.awp else None, awp_steps=f.awp_steps)
+
     def optimizer(self, params) -> str:
         return "adam" if params.train.dpflat.enabled else params.train.optimizer
 
