@@ -138,19 +138,36 @@ def _target(s: dict, tok) -> list[int]:
     return acr_target_ids(s, tok)
 
 
+FAST_ONLY = ("patience", "patience_tolerance", "fast_candidates")  # knobs the published procedure ignores
+
+
+def _settings_values(data: dict, label: str) -> dict:
+    """The settings of one side of an earlier ``--json``: its ``<label>_settings_values`` mapping, or, in files
+    written before that key, the values parsed from the repr (``ACRSettings(top_k=250, …, seeds=(0, 1, 2), …)``)."""
+    import ast
+
+    if f"{label}_settings_values" in data:
+        return data[f"{label}_settings_values"]
+    text = data.get(f"{label}_settings", "")
+    pairs = re.findall(r"(\w+)=(\([^)]*\)|\[[^\]]*\]|'[^']*'|[^,()]+)", text[text.index("(") + 1 : -1]) if "(" in text else []
+    values = {k: ast.literal_eval(v.strip()) for k, v in pairs}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
+
+
 def _reused(paths: list[str], settings, label: str) -> dict:
     """Rows of earlier runs of this script (``--reuse-published`` / ``--reuse-fast``), keyed by (model, secret), when
     they were measured with the same settings of that side: each search is deterministic given its seeds."""
     out = {}
+    now = settings.model_dump()
     for path in paths:
         data = json.loads(Path(path).read_text())
+        then = _settings_values(data, label)
         if label == "published":
-            fast_only = r", (patience|patience_tolerance|fast_candidates)=[^,)]*"  # knobs the published procedure ignores
-            same = re.sub(fast_only, "", data.get("published_settings", "")) == re.sub(fast_only, "", repr(settings))
+            same = {k: v for k, v in then.items() if k not in FAST_ONLY} == {k: v for k, v in now.items() if k not in FAST_ONLY}
         else:
-            same = data.get("fast_settings") == repr(settings)
+            same = then == now
         if not same:
-            raise SystemExit(f"--reuse-{label} {path}: measured with other {label} settings")
+            raise SystemExit(f"--reuse-{label} {path}: measured with other {label} settings ({then} here: {now})")
         out.update({(r["model"], r["secret"]): r for r in data["rows"] if f"success_{label}" in r})
     return out
 
@@ -159,7 +176,7 @@ _KEYS = ("acr", "success", "bound", "passes", "sequences", "seconds", "cpu_secon
 
 
 def main(argv: list[str] | None = None) -> int:
-    from empriv.score.acr import ACRSettings, adversarial_compression_ratio
+    from empriv.score.acr import ACRSearchParams, adversarial_compression_ratio
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=str(ROOT), help="the pipeline output tree (models/, data/; default: this repository)")
@@ -191,10 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         target_of = lambda s: _target(s, tok)  # noqa: E731
         if args.skip_base:
             models.pop("base")
-    published = ACRSettings(strategy="published")
+    published = ACRSearchParams(strategy="published")
     import yaml
 
-    fast = ACRSettings(strategy="fast", **{k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.fast_set)})
+    fast = ACRSearchParams(strategy="fast", **{k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.fast_set)})
     reuse = {"published": _reused(args.reuse_published, published, "published"),
              "fast": _reused(args.reuse_fast, fast, "fast")}
     print(f"{len(secrets)} secrets × {len(models)} models; peer: published procedure {published}")
@@ -204,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def dump() -> dict:
         data = {"rows": rows, "primary_cost": "sequences", "published_settings": repr(published),
-                "fast_settings": repr(fast), "argv": sys.argv[1:] if argv is None else argv}
+                "fast_settings": repr(fast), "published_settings_values": published.model_dump(),
+                "fast_settings_values": fast.model_dump(), "argv": sys.argv[1:] if argv is None else argv}
         if args.json:
             Path(args.json).write_text(json.dumps(data, indent=1))
         return data

@@ -282,29 +282,38 @@ def test_invalid_yaml_and_missing_file_are_one_line(tmp_path):
 
 # --------------------------------------------------------------------------- ACR settings: one definition
 def test_acr_search_settings_come_from_acr_params_only():
-    from empriv.score.acr import SEARCH_FIELDS, ACRSettings, settings_from_params
+    """The search's settings are score.acr's own model: ACRParams extends ACRSearchParams (no field declared twice),
+    and the search is handed the search keys of the section, each with its one default."""
+    from empriv.config import ACRSearchParams
+    from empriv.score.acr import SEARCH_FIELDS, settings_from_params
 
+    assert issubclass(ACRParams, ACRSearchParams)
+    assert set(SEARCH_FIELDS) == set(ACRSearchParams.model_fields) < set(ACRParams.model_fields)
+    assert set(ACRParams.model_fields) - set(SEARCH_FIELDS) == {"enabled", "training_seeds", "epsilons", "max_secrets"}
     defaults = ACRParams()
-    assert ACRSettings() == settings_from_params(defaults)
+    assert ACRSearchParams() == settings_from_params(defaults) == defaults.search
+    assert type(settings_from_params(defaults)) is ACRSearchParams
     changed = {"top_k": 7, "candidates": 9, "steps": 11, "step_growth": 1.5, "start_length": 2, "grow": 3, "max_length": 9,
                "seeds": [4, 5], "strategy": "published", "patience": 6, "patience_tolerance": 0.1, "fast_candidates": 5}
     assert set(changed) == set(SEARCH_FIELDS)
-    full = settings_from_params(changed)
-    assert full.seeds == (4, 5) and full.strategy == "published"
+    full = settings_from_params({**changed, "max_secrets": 3, "enabled": False})  # the section's own keys are not the search's
+    assert full.seeds == [4, 5] and full.strategy == "published" and not hasattr(full, "max_secrets")
     for key in SEARCH_FIELDS:  # a key deleted from params gets ACRParams' documented default, never another budget
         partial = settings_from_params({k: v for k, v in changed.items() if k != key})
-        expected = getattr(defaults, key)
-        assert getattr(partial, key) == (tuple(expected) if key == "seeds" else expected), key
+        assert getattr(partial, key) == getattr(defaults, key), key
         assert all(getattr(partial, k) == getattr(full, k) for k in SEARCH_FIELDS if k != key)
 
 
 def test_acr_settings_are_validated_by_acr_params():
-    from empriv.score.acr import ACRSettings
+    from empriv.config import ACRSearchParams
+    from empriv.score.acr import settings_from_params
 
     with pytest.raises(ConfigError, match=r"^score\.acr\.steps: out of range \(got 0; allowed: an integer >= 1\)$"):
-        ACRSettings(steps=0)
+        settings_from_params({"steps": 0})
     with pytest.raises(ConfigError, match=r"^score\.acr\.top_k: not an integer \(got 2\.0;"):
-        ACRSettings(top_k=2.0)
+        settings_from_params({"top_k": 2.0})
+    with pytest.raises(ValueError, match="steps"):  # built directly (tests, benchmarks): pydantic's own error
+        ACRSearchParams(steps=0)
 
 
 # --------------------------------------------------------------------------- the score names cannot rot

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from empriv.score.acr import ACRSettings, PassCount, adversarial_compression_ratio, acr_of_secrets, settings_from_params
+from empriv.score.acr import ACRSearchParams, PassCount, adversarial_compression_ratio, acr_of_secrets, settings_from_params
 from tiny_models import tiny_gpt2, train_to_memorise
 
 SECRET = "Rita Mcconnell\nEB 5781\n713-345-6593"
 SHORT = "Forwarded by Stacy"  # 15 tokens of the test BPE
 # A small budget keeps the tests fast; the schedule and the stopping rules are the real ones.
-QUICK = dict(top_k=64, candidates=64, steps=40, max_length=12, seeds=(0, 1))
+QUICK = dict(top_k=64, candidates=64, steps=40, max_length=12, seeds=[0, 1])
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def _greedy_reproduces(model, prompt_ids, target_ids) -> bool:
 def test_memorised_string_compresses(memorised, tok):
     target = tok.encode(SECRET)
     assert len(target) > 8
-    res = adversarial_compression_ratio(memorised, target, ACRSettings(**QUICK), key="secret-00")
+    res = adversarial_compression_ratio(memorised, target, ACRSearchParams(**QUICK), key="secret-00")
     assert res.success
     assert res.prompt_tokens < len(target)
     assert res.acr == pytest.approx(len(target) / res.prompt_tokens)
@@ -61,7 +61,7 @@ def test_untrained_model_does_not_compress(tok):
     target = tok.encode(SHORT)
     assert len(target) <= 20
     assert len(target) >= 12  # long enough that a 5-token prompt would compress it
-    s = ACRSettings(**{**QUICK, "max_length": 16, "steps": 30})
+    s = ACRSearchParams(**{**QUICK, "max_length": 16, "steps": 30})
     res = adversarial_compression_ratio(model, target, s, key="secret-01")
     # a failed search measured nothing: no ACR value, only a bound
     assert not res.success and res.prompt_tokens is None and res.acr is None
@@ -80,21 +80,21 @@ def test_failed_search_bound_follows_the_lengths_tried(tok):
     max_length − 1: with start 5, grow 5 and max_length 20, lengths 16–19 are never tried, so ACR ≤ |s| / 16."""
     model = _fresh(tok, seed=1)
     target = tok.encode(SHORT)
-    res = adversarial_compression_ratio(model, target, ACRSettings(**{**QUICK, "max_length": 20, "steps": 30}), key="secret-01")
+    res = adversarial_compression_ratio(model, target, ACRSearchParams(**{**QUICK, "max_length": 20, "steps": 30}), key="secret-01")
     assert not res.success and res.acr is None
     assert res.per_seed[0]["lengths_tried"] == ["5-", "10-", "15-"]
     assert res.upper_bound == pytest.approx(len(target) / 16)
     assert res.upper_bound > len(target) / 20  # the published |s| / max_length would claim more than was searched
     # a secret longer than every length tried: the bound is above 1 (not capped) — the search cannot rule out compression
     secret = tok.encode(SECRET)
-    short = adversarial_compression_ratio(model, secret, ACRSettings(**{**QUICK, "steps": 10}), key="s")
+    short = adversarial_compression_ratio(model, secret, ACRSearchParams(**{**QUICK, "steps": 10}), key="s")
     assert not short.success and short.acr is None
     assert short.per_seed[0]["lengths_tried"] == ["5-", "10-"] and short.longest_tried == 10  # max_length 12
     assert short.upper_bound == pytest.approx(len(secret) / 11) and short.upper_bound > 1.0
 
 
 def test_a_success_has_no_bound(memorised, tok):
-    res = adversarial_compression_ratio(memorised, tok.encode(SECRET), ACRSettings(**QUICK), key="secret-00")
+    res = adversarial_compression_ratio(memorised, tok.encode(SECRET), ACRSearchParams(**QUICK), key="secret-00")
     rec = res.record()
     assert rec["acr_success"] is True and rec["acr"] == pytest.approx(len(tok.encode(SECRET)) / res.prompt_tokens)
     assert rec["acr_upper_bound"] is None and rec["acr_longest_tried"] is None
@@ -102,8 +102,8 @@ def test_a_success_has_no_bound(memorised, tok):
 
 def test_same_seed_same_result(memorised, tok):
     target = tok.encode(SECRET)
-    a = adversarial_compression_ratio(memorised, target, ACRSettings(**QUICK), key="secret-00").record()
-    b = adversarial_compression_ratio(memorised, target, ACRSettings(**QUICK), key="secret-00").record()
+    a = adversarial_compression_ratio(memorised, target, ACRSearchParams(**QUICK), key="secret-00").record()
+    b = adversarial_compression_ratio(memorised, target, ACRSearchParams(**QUICK), key="secret-00").record()
     a.pop("acr_wall_time_s"), b.pop("acr_wall_time_s")
     assert a == b
 
@@ -116,7 +116,7 @@ def test_a_found_prompt_really_reproduces_the_secret(memorised, tok):
     counts = PassCount()
     obj = acr_mod._Objective(memorised, target, counts)
     gen = torch.Generator().manual_seed(0)
-    ok, prompt, loss = acr_mod._LengthSearch(obj, ACRSettings(**QUICK)).run(
+    ok, prompt, loss = acr_mod._LengthSearch(obj, ACRSearchParams(**QUICK)).run(
         acr_mod._random_prompt(6, tok.vocab_size, gen, obj.device), 60, gen)
     assert ok
     assert _greedy_reproduces(memorised, prompt.tolist(), target)
@@ -127,8 +127,8 @@ def test_a_found_prompt_really_reproduces_the_secret(memorised, tok):
 
 def test_published_and_fast_strategies_agree_on_a_memorised_string(memorised, tok):
     target = tok.encode(SECRET)
-    fast = adversarial_compression_ratio(memorised, target, ACRSettings(**QUICK), key="k")
-    published = adversarial_compression_ratio(memorised, target, ACRSettings(**{**QUICK, "strategy": "published"}), key="k")
+    fast = adversarial_compression_ratio(memorised, target, ACRSearchParams(**QUICK), key="k")
+    published = adversarial_compression_ratio(memorised, target, ACRSearchParams(**{**QUICK, "strategy": "published"}), key="k")
     assert fast.success and published.success
     assert fast.acr >= published.acr * 0.75  # same order; the benchmark measures equality on real runs
     assert fast.counts.passes < published.counts.passes
@@ -136,31 +136,31 @@ def test_published_and_fast_strategies_agree_on_a_memorised_string(memorised, to
 
 def test_settings_validation_and_params():
     with pytest.raises(ValueError, match="max_length"):
-        ACRSettings(start_length=10, max_length=5)
+        ACRSearchParams(start_length=10, max_length=5)
     with pytest.raises(ValueError, match="strategy"):
-        ACRSettings(strategy="slow")
+        ACRSearchParams(strategy="slow")
     from empriv.config import ScoreParams
 
     s = settings_from_params(ScoreParams().acr)
-    assert (s.top_k, s.candidates, s.steps, s.start_length, s.grow, s.seeds) == (250, 100, 200, 5, 5, (0, 1, 2))
+    assert (s.top_k, s.candidates, s.steps, s.start_length, s.grow, s.seeds) == (250, 100, 200, 5, 5, [0, 1, 2])
 
 
 def test_target_too_long_for_the_window(tok):
     model = tiny_gpt2(vocab_size=tok.vocab_size, n_positions=16)
     with pytest.raises(ValueError, match="no ACR search fits"):
-        adversarial_compression_ratio(model, list(range(11)), ACRSettings(**QUICK))
+        adversarial_compression_ratio(model, list(range(11)), ACRSearchParams(**QUICK))
     # a shorter target searches below window − |s| and says so
-    res = adversarial_compression_ratio(model, list(range(8)), ACRSettings(**{**QUICK, "steps": 3}))
+    res = adversarial_compression_ratio(model, list(range(8)), ACRSearchParams(**{**QUICK, "steps": 3}))
     assert res.max_length == 8 and res.record()["acr_max_length"] == 8
     with pytest.raises(ValueError, match="non-empty"):
-        adversarial_compression_ratio(model, [], ACRSettings(**QUICK))
-    skipped = acr_of_secrets(model, tok, [{"id": "long", "text": SECRET}], ACRSettings(**QUICK), progress=False)
+        adversarial_compression_ratio(model, [], ACRSearchParams(**QUICK))
+    skipped = acr_of_secrets(model, tok, [{"id": "long", "text": SECRET}], ACRSearchParams(**QUICK), progress=False)
     assert skipped == {"long": {"acr": None, "acr_skipped": "too long for the model's window"}}
 
 
 def test_acr_of_secrets_records_numbers_only(memorised, tok):
     secrets = [{"id": "secret-00", "text": SECRET}]
-    out = acr_of_secrets(memorised, tok, secrets, ACRSettings(**QUICK), progress=False)
+    out = acr_of_secrets(memorised, tok, secrets, ACRSearchParams(**QUICK), progress=False)
     rec = out["secret-00"]
     assert rec["acr"] > 1.0 and rec["acr_success"] is True
     flat = repr(rec)
@@ -180,15 +180,15 @@ def test_acr_on_a_lora_fine_tune(memorised, tok, tmp_path):
     lora = prepare_for_finetuning(load_model(base_dir), "lora", TrainParams().lora)
     assert type(lora).__name__.startswith("Peft")
     target = tok.encode(SECRET)
-    direct = adversarial_compression_ratio(memorised, target, ACRSettings(**QUICK), key="secret-00")
+    direct = adversarial_compression_ratio(memorised, target, ACRSearchParams(**QUICK), key="secret-00")
     # LoRA's B matrices start at zero: the adapter computes the memorising base model's function
-    wrapped = adversarial_compression_ratio(lora, target, ACRSettings(**QUICK), key="secret-00")
+    wrapped = adversarial_compression_ratio(lora, target, ACRSearchParams(**QUICK), key="secret-00")
     assert wrapped.success and wrapped.acr > 1.0
     assert wrapped.acr == pytest.approx(direct.acr, rel=0.35)
     save_finetuned(lora, "lora", run_dir)
     assert (run_dir / "adapter_config.json").exists()
     merged = load_finetuned(run_dir, base_dir)
-    loaded = adversarial_compression_ratio(merged, target, ACRSettings(**QUICK), key="secret-00")
+    loaded = adversarial_compression_ratio(merged, target, ACRSearchParams(**QUICK), key="secret-00")
     assert loaded.success and loaded.acr > 1.0
 
 
@@ -198,18 +198,18 @@ def test_patience_tolerance_cuts_unreachable_lengths_short(tok):
     model = _fresh(tok, seed=1)
     target = tok.encode(SHORT)
     base = {**QUICK, "max_length": 20, "steps": 80, "patience": 8}
-    plain = adversarial_compression_ratio(model, target, ACRSettings(**base, patience_tolerance=0.0), key="k")
-    tolerant = adversarial_compression_ratio(model, target, ACRSettings(**base, patience_tolerance=0.05), key="k")
+    plain = adversarial_compression_ratio(model, target, ACRSearchParams(**base, patience_tolerance=0.0), key="k")
+    tolerant = adversarial_compression_ratio(model, target, ACRSearchParams(**base, patience_tolerance=0.05), key="k")
     assert not plain.success and not tolerant.success and tolerant.acr is None and plain.acr is None
     assert tolerant.upper_bound == plain.upper_bound == pytest.approx(len(target) / 16)  # both tried 5, 10, 15
     assert tolerant.counts.passes < plain.counts.passes
     # the published strategy has no patience: the tolerance changes nothing there
-    pub = [adversarial_compression_ratio(model, target, ACRSettings(**{**base, "strategy": "published", "steps": 10},
+    pub = [adversarial_compression_ratio(model, target, ACRSearchParams(**{**base, "strategy": "published", "steps": 10},
                                                                     patience_tolerance=t), key="k").counts.passes
            for t in (0.0, 0.5)]
     assert pub[0] == pub[1]
     with pytest.raises(ValueError, match="patience_tolerance"):
-        ACRSettings(patience_tolerance=1.5)
+        ACRSearchParams(patience_tolerance=1.5)
 
 
 def test_fast_seeds_share_model_calls(tok):
@@ -217,21 +217,21 @@ def test_fast_seeds_share_model_calls(tok):
     runs the whole schedule from the start length (as published), and ACR is the best over seeds."""
     model = _fresh(tok, seed=1)
     target = tok.encode(SHORT)
-    s = {**QUICK, "max_length": 20, "steps": 12, "patience": None, "seeds": (0, 1)}
-    both = adversarial_compression_ratio(model, target, ACRSettings(**s), key="k")
-    alone = [adversarial_compression_ratio(model, target, ACRSettings(**{**s, "seeds": (seed,)}), key="k") for seed in (0, 1)]
+    s = {**QUICK, "max_length": 20, "steps": 12, "patience": None, "seeds": [0, 1]}
+    both = adversarial_compression_ratio(model, target, ACRSearchParams(**s), key="k")
+    alone = [adversarial_compression_ratio(model, target, ACRSearchParams(**{**s, "seeds": [seed]}), key="k") for seed in (0, 1)]
     assert [r["lengths_tried"] for r in both.per_seed] == [["5-", "10-", "15-"]] * 2
     # the same steps for both seeds (no patience, all fail): one call per step serves both
     assert both.counts.backward_calls == alone[0].counts.backward_calls == alone[1].counts.backward_calls
     assert both.counts.sequences == sum(r.counts.sequences for r in alone)
     assert both.counts.passes < sum(r.counts.passes for r in alone)
-    published = adversarial_compression_ratio(model, target, ACRSettings(**{**s, "strategy": "published"}), key="k")
+    published = adversarial_compression_ratio(model, target, ACRSearchParams(**{**s, "strategy": "published"}), key="k")
     assert published.counts.backward_calls == 2 * both.counts.backward_calls  # published: every seed on its own
 
 
 def test_acr_of_secrets_records_a_failure_as_censored(tok):
     model = _fresh(tok, seed=1)
-    out = acr_of_secrets(model, tok, [{"id": "s", "text": SHORT}], ACRSettings(**{**QUICK, "max_length": 16, "steps": 5}),
+    out = acr_of_secrets(model, tok, [{"id": "s", "text": SHORT}], ACRSearchParams(**{**QUICK, "max_length": 16, "steps": 5}),
                          progress=False)
     rec = out["s"]
     assert rec["acr_success"] is False and rec["acr"] is None and rec["acr_prompt_tokens"] is None
@@ -277,7 +277,7 @@ def test_the_counts_are_every_model_call_and_every_sequence_it_scored(memorised,
 
     handle = memorised.register_forward_pre_hook(seen, with_kwargs=True)
     try:
-        res = adversarial_compression_ratio(memorised, tok.encode(SECRET), ACRSettings(**QUICK, strategy=strategy),
+        res = adversarial_compression_ratio(memorised, tok.encode(SECRET), ACRSearchParams(**QUICK, strategy=strategy),
                                             key="secret-00")
     finally:
         handle.remove()
@@ -295,7 +295,7 @@ def test_fast_length_one_is_searched_exhaustively_and_exactly(memorised, tok):
     """Fast, length 1: every token of the vocabulary is scored once (when that is within the length's GCG budget),
     so the outcome is exact — checked against a brute-force teacher-forced pass of our own."""
     target = tok.encode(SECRET)
-    s = ACRSettings(**{**QUICK, "start_length": 1, "max_length": 3, "seeds": (0,)})
+    s = ACRSearchParams(**{**QUICK, "start_length": 1, "max_length": 3, "seeds": [0]})
     res = adversarial_compression_ratio(memorised, target, s, key="secret-00")
     with torch.no_grad():
         ids = torch.cat([torch.arange(tok.vocab_size).unsqueeze(1), torch.tensor(target).expand(tok.vocab_size, -1)], 1)
@@ -310,7 +310,7 @@ def test_fast_seeds_search_one_schedule_as_a_population(memorised, tok):
     """Fast: one length schedule for all seeds; a length is won by one seed (the others stop there), so every seed
     shows the same lengths, ACR comes from the shortest length any seed won, and the prompt found is verified."""
     target = tok.encode(SECRET)
-    res = adversarial_compression_ratio(memorised, target, ACRSettings(**{**QUICK, "seeds": (0, 1, 2)}), key="secret-00")
+    res = adversarial_compression_ratio(memorised, target, ACRSearchParams(**{**QUICK, "seeds": [0, 1, 2]}), key="secret-00")
     assert res.success
     assert len({tuple(r["lengths_tried"]) for r in res.per_seed}) == 1
     won = [int(x[:-1]) for x in res.per_seed[0]["lengths_tried"] if x.endswith("+")]

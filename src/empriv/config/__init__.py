@@ -35,7 +35,7 @@ from empriv.config.cube import (  # noqa: F401
     _CubeAxes, CubeParams,
 )
 from empriv.config.scoring import (  # noqa: F401
-    ACRParams, ScoreParams, AnalyzeParams,
+    ACRSearchParams, ACRParams, ScoreParams, AnalyzeParams,
 )
 from empriv.config.auditing import (  # noqa: F401
     CanariesParams, _default_audit_cube, AuditParams, AdaptationAuditCube, AdaptationAuditParams,

@@ -20,37 +20,52 @@ from empriv.config.values import (
 )
 
 
-class ACRParams(_Section):
-    """Adversarial compression ratio (score/acr.py): which runs and secrets get it, and the search budget."""
+class ACRSearchParams(_Section):
+    """The ACR search (score/acr.py): its strategy and budget — the keys of ``score.acr`` the search reads.
+
+    The one definition of these settings (defaults, ranges, meaning): the scoring code takes this model as its
+    settings (:class:`ACRParams`, the whole section, is one; :attr:`ACRParams.search` is the view of these keys alone).
+    """
+
+    strategy: Literal["fast", "published"] = "fast"
+    top_k: int = Field(250, ge=1)
+    candidates: int = Field(100, ge=1)
+    steps: int = Field(200, ge=1)  # GCG steps at the first length tried
+    step_growth: float = Field(1.2, ge=1.0)  # steps × this after each failure (published rule)
+    start_length: int = Field(5, ge=1)
+    grow: int = Field(5, ge=1)
+    max_length: int = Field(30, ge=1)
+    seeds: list[int] = Field([0, 1, 2], min_length=1)
+    patience: int | None = Field(40, ge=1)  # fast only: steps without a real improvement before a length is given up
+    patience_tolerance: float = Field(0.02, ge=0.0, lt=1.0)  # fast only: the relative improvement that resets patience
+    fast_candidates: int | None = Field(64, ge=1)  # fast only: swaps per seed per step (null: candidates)
+
+    @model_validator(mode="after")
+    def _lengths(self) -> "ACRSearchParams":
+        if self.max_length < self.start_length:
+            raise ParamError(f"must be >= start_length = {self.start_length}", self.max_length,
+                             f"an integer >= {self.start_length}", key="max_length")
+        return self
+
+
+class ACRParams(ACRSearchParams):
+    """Adversarial compression ratio (score/acr.py): which runs and secrets get it, and the search budget
+    (:class:`ACRSearchParams`, whose keys this section shares)."""
 
     enabled: bool = True
     training_seeds: list[int] | None = [0]  # cube seeds whose runs get ACR (null: every run)
     epsilons: list[Epsilon] | None = None  # cube ε values whose runs get ACR (null: all); each in (0, EPSILON_MAX] or inf
     max_secrets: int | None = Field(None, ge=1)  # the first N secrets (null: all)
-    strategy: Literal["fast", "published"] = "fast"
-    top_k: int = Field(250, ge=1)
-    candidates: int = Field(100, ge=1)
-    steps: int = Field(200, ge=1)
-    step_growth: float = Field(1.2, ge=1.0)
-    start_length: int = Field(5, ge=1)
-    grow: int = Field(5, ge=1)
-    max_length: int = Field(30, ge=1)
-    seeds: list[int] = Field([0, 1, 2], min_length=1)
-    patience: int | None = Field(40, ge=1)
-    patience_tolerance: float = Field(0.02, ge=0.0, lt=1.0)
-    fast_candidates: int | None = Field(64, ge=1)  # fast only: swaps per seed per step (null: candidates)
 
     @field_validator("epsilons", mode="before")
     @classmethod
     def _eps(cls, v: Any) -> Any:
         return None if v is None else _epsilon_list(v)
 
-    @model_validator(mode="after")
-    def _lengths(self) -> "ACRParams":
-        if self.max_length < self.start_length:
-            raise ParamError(f"must be >= start_length = {self.start_length}", self.max_length,
-                             f"an integer >= {self.start_length}", key="max_length")
-        return self
+    @property
+    def search(self) -> ACRSearchParams:
+        """The search keys alone (what the search itself is given)."""
+        return ACRSearchParams.model_validate({name: getattr(self, name) for name in ACRSearchParams.model_fields})
 
     def applies_to(self, run: "RunConfig") -> bool:
         if not self.enabled:

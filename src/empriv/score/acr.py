@@ -53,29 +53,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
-from empriv.config import ACRParams, parse_section
+from empriv.config import ACRParams, ACRSearchParams, parse_section
 from empriv.score.gcg import (  # noqa: F401  (re-exported: the search's names, as before)
-    ACRSettings,
     PassCount,
     SEARCH_FIELDS,
     _LengthSearch,
     _Member,
     _Objective,
     _accepts_logits_to_keep,
-    _acr_default,
     _candidates,
     _random_prompt,
     _seed_of,
 )
 
 log = logging.getLogger("empriv.acr")
-
-
-assert set(SEARCH_FIELDS) <= set(ACRParams.model_fields), "every ACR search setting must be a score.acr key"
 
 
 @dataclass
@@ -103,7 +98,7 @@ class ACRResult:
                 "acr_sequences": self.counts.sequences, "acr_wall_time_s": self.wall_time_s}
 
 
-def _seed_schedule(obj: _Objective, s: ACRSettings, seed: int, key: str):
+def _seed_schedule(obj: _Objective, s: ACRSearchParams, seed: int, key: str):
     """The MiniPrompt length schedule of one search seed, as a generator: it yields the GCG searches it needs
     (a ``_Member``) and is sent back each one's (success, prompt, loss); it returns the seed's record."""
     gen = torch.Generator().manual_seed(_seed_of(seed, key))
@@ -130,7 +125,7 @@ def _seed_schedule(obj: _Objective, s: ACRSettings, seed: int, key: str):
             "longest_tried": max(m for m, _ in tried)}
 
 
-def _search_seeds(obj: _Objective, s: ACRSettings, key: str, bar) -> list[dict]:
+def _search_seeds(obj: _Objective, s: ACRSearchParams, key: str, bar) -> list[dict]:
     """Run every seed's schedule. Published: one seed after the other, each a full MiniPrompt search of its own.
     Fast: the seeds as one population (:func:`empriv.score.acr_fast.search_population`)."""
     search = _LengthSearch(obj, s, bar)
@@ -150,7 +145,7 @@ def _search_seeds(obj: _Objective, s: ACRSettings, key: str, bar) -> list[dict]:
     return [records[seed] for seed in s.seeds]
 
 
-def adversarial_compression_ratio(model, target_ids: Sequence[int], settings: ACRSettings = ACRSettings(),
+def adversarial_compression_ratio(model, target_ids: Sequence[int], settings: ACRSearchParams = ACRSearchParams(),
                                   key: str = "", progress: bool = False) -> ACRResult:
     """ACR of one target (token ids) under ``model``; ``key`` (e.g. the secret id) seeds the search.
 
@@ -180,7 +175,7 @@ def adversarial_compression_ratio(model, target_ids: Sequence[int], settings: AC
         if room <= settings.start_length:
             raise ValueError(f"a {len(target_ids)}-token target leaves {max(room, 0)} of the model's {obj.limit} positions "
                              f"for the prompt, not more than start_length {settings.start_length}: no ACR search fits")
-        settings = replace(settings, max_length=room)
+        settings = settings.model_copy(update={"max_length": room})
     bar = None
     if progress:
         from empriv.infra.progress import progress as progress_of
@@ -213,7 +208,7 @@ def acr_target_ids(secret: dict, tokenizer) -> list[int]:
     return list(ids) if ids else tokenizer.encode(secret["text"])
 
 
-def acr_of_secrets(model, tokenizer, secrets: Sequence[dict], settings: ACRSettings, progress: bool = True) -> dict[str, dict]:
+def acr_of_secrets(model, tokenizer, secrets: Sequence[dict], settings: ACRSearchParams, progress: bool = True) -> dict[str, dict]:
     """ACR record per secret id (the whole secret, as trained on, is the target: :func:`acr_target_ids`), one model
     loaded once.
 
@@ -240,12 +235,15 @@ def acr_of_secrets(model, tokenizer, secrets: Sequence[dict], settings: ACRSetti
     return out
 
 
-def settings_from_params(p: ACRParams | dict) -> ACRSettings:
-    """The search settings of a ``score.acr`` section: an :class:`~empriv.config.ACRParams`, or a mapping validated as
-    one (a key it lacks gets ACRParams' documented default, the only default there is)."""
-    p = parse_section(ACRParams, p, "score.acr")
-    return ACRSettings(**{name: getattr(p, name) for name in SEARCH_FIELDS})
+def settings_from_params(p: ACRParams | ACRSearchParams | dict) -> ACRSearchParams:
+    """The search settings of a ``score.acr`` section (an :class:`~empriv.config.ACRParams`, or a mapping validated as
+    one: a key it lacks gets the documented default, the only default there is; an invalid value raises
+    :class:`~empriv.config.ConfigError` naming the ``score.acr`` key): the search keys alone, an
+    :class:`~empriv.config.ACRSearchParams`."""
+    if type(p) is ACRSearchParams:
+        return p
+    return parse_section(ACRParams, p, "score.acr").search
 
 
-__all__ = ["ACRSettings", "ACRResult", "PassCount", "adversarial_compression_ratio", "acr_of_secrets",
-           "settings_from_params", "asdict"]
+__all__ = ["ACRSearchParams", "ACRResult", "PassCount", "adversarial_compression_ratio", "acr_of_secrets",
+           "settings_from_params"]

@@ -38,7 +38,8 @@ import math
 
 import torch
 
-from empriv.score.gcg import ACRSettings, _LengthSearch, _Member, _Objective, _random_prompt, _seed_of
+from empriv.config import ACRSearchParams
+from empriv.score.gcg import _LengthSearch, _Member, _Objective, _random_prompt, _seed_of
 
 
 def _deletions(obj: _Objective, prompt: torch.Tensor, k: int) -> list[torch.Tensor]:
@@ -61,7 +62,7 @@ def _exhaustive_first_token(obj: _Objective) -> tuple[bool, torch.Tensor, float]
     return bool(matches[i]), prompts[i], float(losses[i])
 
 
-def search_population(obj: _Objective, s: ACRSettings, key: str, search: _LengthSearch) -> list[dict]:
+def search_population(obj: _Objective, s: ACRSearchParams, key: str, search: _LengthSearch) -> list[dict]:
     """The fast strategy's search: one length schedule, the seeds as its population; a record per seed."""
     seeds = list(s.seeds)
     gens = {seed: torch.Generator().manual_seed(_seed_of(seed, key)) for seed in seeds}

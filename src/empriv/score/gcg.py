@@ -1,5 +1,5 @@
 """The GCG machinery of the ACR search, shared by both strategies (:mod:`empriv.score.acr` runs the published
-procedure, :mod:`empriv.score.acr_fast` the fast one): the search settings, the objective and its candidate swaps,
+procedure, :mod:`empriv.score.acr_fast` the fast one): the objective and its candidate swaps,
 one length's search state, the model-pass counts, random prompts and per-secret seeds."""
 
 from __future__ import annotations
@@ -7,46 +7,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-from empriv.config import ACRParams, parse_section
+from empriv.config import ACRSearchParams
 
-def _acr_default(name: str):
-    value = ACRParams.model_fields[name].get_default(call_default_factory=True)
-    return tuple(value) if isinstance(value, list) else value
+SEARCH_FIELDS = tuple(ACRSearchParams.model_fields)  # the search's settings: the config model itself
 
-@dataclass(frozen=True)
-class ACRSettings:
-    """The knobs of the search: the search fields of ``score.acr``.
-
-    :class:`empriv.config.ACRParams` is their one definition — defaults, valid ranges and documentation; this is a
-    hashable view of those fields for the search. Build it from params with :func:`settings_from_params`; built
-    directly (tests, benchmarks), the fields not given take ACRParams' defaults and every value is validated by
-    ACRParams (a ``ConfigError`` naming the key).
-    """
-
-    top_k: int = _acr_default("top_k")
-    candidates: int = _acr_default("candidates")
-    steps: int = _acr_default("steps")  # GCG steps at the first length tried
-    step_growth: float = _acr_default("step_growth")  # steps × this after each failure (published rule)
-    start_length: int = _acr_default("start_length")
-    grow: int = _acr_default("grow")
-    max_length: int = _acr_default("max_length")
-    seeds: tuple[int, ...] = _acr_default("seeds")
-    strategy: Literal["fast", "published"] = _acr_default("strategy")
-    patience: int | None = _acr_default("patience")  # fast only: steps without a real improvement before giving up a length
-    patience_tolerance: float = _acr_default("patience_tolerance")  # fast only: the relative improvement that resets patience
-    fast_candidates: int | None = _acr_default("fast_candidates")  # fast only: swaps per seed per step (None: candidates)
-
-    def __post_init__(self):
-        object.__setattr__(self, "seeds", tuple(self.seeds))
-        values = {name: getattr(self, name) for name in SEARCH_FIELDS}
-        parse_section(ACRParams, {**values, "seeds": list(self.seeds)}, "score.acr")
-
-SEARCH_FIELDS = tuple(ACRSettings.__dataclass_fields__)
 
 @dataclass
 class PassCount:
@@ -175,7 +143,7 @@ class _LengthSearch:
     Fast strategy: the seeds searching the same length share one gradient call (a batch of prompts) and one
     candidate forward call (every seed's candidates together). Published strategy: one seed per call."""
 
-    def __init__(self, obj: _Objective, s: ACRSettings, bar=None):
+    def __init__(self, obj: _Objective, s: ACRSearchParams, bar=None):
         self.obj, self.s, self.bar = obj, s, bar
 
     def run(self, prompt: torch.Tensor, steps: int, gen: torch.Generator) -> tuple[bool, torch.Tensor, float]:
