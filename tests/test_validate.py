@@ -561,3 +561,45 @@ def test_dvc_repro_stops_at_the_validate_stage_and_a_valid_edit_reruns_nothing_e
     assert "Running stage 'downstream'" not in third.stdout
     for name in ("out.txt", "metrics.json"):
         assert (work / name).read_bytes() == outputs[name], name
+
+
+# --------------------------------------------------------------------------- what the training methods refuse
+# The methods' own checks (TrainingMethod.check) run at validation, before DVC deletes any output: a cube the train
+# stage would refuse after the privacy stage calibrated it for a user-level unit stops here, one line per problem.
+VIRTUAL_OK = with_("base.n_positions", 128)  # room for the virtual tokens of prefix / dpzero
+
+
+def _method_lines(tmp_path, raw) -> list[str]:
+    from empriv.pipeline.validate import validate_project
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as info:
+        validate_project(tmp_path / "params.yaml", tmp_path / "no-dvc.yaml")
+    return info.value.lines
+
+
+def test_a_method_that_trains_record_level_only_refuses_a_user_level_unit_at_validation(tmp_path):
+    raw = with_("cube.method", ["full", "dpzero"], with_("cube.unit", ["record", "userwise-k2-random"], VIRTUAL_OK))
+    assert _method_lines(tmp_path, raw) == [
+        "cube.method 'dpzero': DPZero trains record-level only, not cube.unit 'userwise-k2-random'"]
+    dpflat = with_("train.variants", {"flat": {"method": "prefix", "dpflat": {"awp": True, "awp_steps": 1}}},
+                   with_("cube.method", ["flat"], with_("cube.unit", ["group-k2-random"], VIRTUAL_OK)))
+    assert _method_lines(tmp_path, dpflat) == [
+        "cube.method 'flat': DP-Flat trains record-level only, not cube.unit 'group-k2-random'"]
+
+
+def test_the_audit_cube_is_asked_with_its_canaries_design(tmp_path):
+    from empriv.pipeline.validate import method_errors
+
+    audit = {"epsilon": [2], "batch_size": [8], "steps": [1], "learning_rate": [0.01], "seed": [0], "method": ["dpzero"]}
+    raw = with_("audit.cube", audit, VIRTUAL_OK)
+    assert _method_lines(tmp_path, raw) == [
+        "audit.cube.method 'dpzero': DPZero trains a soft prompt only, so new-token canaries can never be learnt; "
+        "audit it with canaries.design random, unigram, bigram or model"]
+    assert method_errors(parse_params(with_("canaries.design", "random", raw))) == []
+    user = with_("audit.cube", {**audit, "unit": ["group-k2-random"]}, with_("canaries.design", "random", VIRTUAL_OK))
+    assert _method_lines(tmp_path, user) == [
+        "audit.cube.method 'dpzero': DPZero trains record-level only, not cube.unit 'group-k2-random'"]
+    # the same methods at record level, and every shipped method on the default cube, pass
+    fine = with_("cube.method", ["full", "lora", "prefix", "prompt", "head", "dpzero"], VIRTUAL_OK)
+    assert method_errors(parse_params(with_("canaries.design", "random", fine))) == []

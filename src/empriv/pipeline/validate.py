@@ -122,6 +122,32 @@ def dvc_matrix_errors(raw: dict, params: Params, dvc_yaml: str | Path = DVC_YAML
     return errors
 
 
+def method_errors(params: Params) -> list[str]:
+    """What each cube's training methods refuse, asked of the methods themselves before anything runs: every
+    (unit, method) of ``cube`` and of ``audit.cube`` through :meth:`TrainingMethod.check` (the train stage asks the
+    same again; here DVC has deleted no output yet). An audit run is checked with its canaries' design (new-token
+    canaries or not); a message about ``cube.…`` names ``audit.cube.…`` for the audit cube. One line per problem."""
+    from types import SimpleNamespace
+
+    from empriv.train.methods import get_method
+
+    new_tokens = SimpleNamespace(n_new_tokens=int(params.canaries.design == "new_token"))
+    errors: list[str] = []
+    seen: set[tuple] = set()
+    for where, runs, canaries in (("cube", params.runs(), None), ("audit.cube", params.audit_runs(), new_tokens)):
+        for run in runs:
+            if (where, run.unit, run.method) in seen:
+                continue
+            seen.add((where, run.unit, run.method))
+            p = params.for_method(run.method)
+            try:
+                get_method(p.train.method).check(p, run, canaries=canaries)
+            except ConfigError as e:
+                for line in str(e).splitlines():
+                    errors.append(f"audit.{line}" if where == "audit.cube" and line.startswith("cube.") else line)
+    return errors
+
+
 def validate_project(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Path = DVC_YAML) -> Params:
     """The params file validated in full, then dvc.yaml's cube matrices against it, then the raw inputs' content
     and the machine (:mod:`empriv.pipeline.input_checks`); raises :class:`ConfigError` with one line per problem.
@@ -130,6 +156,7 @@ def validate_project(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Pat
 
     params = load_params(params_path)
     errors = params.missing_inputs() + dvc_matrix_errors(read_yaml(params_path), params, dvc_yaml)
+    errors += method_errors(params)
     errors += input_errors(params, Path(params_path).resolve().parent)
     if errors:
         raise ConfigError(*errors)
