@@ -46,7 +46,9 @@ def test_large_epsilon_round_trip(eps, q, steps):
 @pytest.mark.parametrize("q", [1e-3, 0.05, 0.5])
 @pytest.mark.parametrize("steps", [1, 100, 10_000])
 def test_large_epsilon_round_trip_over_the_cube_range(eps, q, steps):
-    _round_trip(eps, q, steps)
+    # PLD's grid 1e-3 (10x dp-accounting's default): over these 17 PRV-answered configurations PLD/PRV - 1 lies in
+    # [-3.0e-4, +4.2e-4] at either grid (the two differ by <= 2.4e-5), against the 2e-3 asserted, at a tenth of the time
+    _round_trip(eps, q, steps, pld_grid=1e-3)
 
 
 def test_epsilon_bound_matches_the_config():
