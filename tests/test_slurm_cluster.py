@@ -9,46 +9,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-CLUSTER = ROOT / "tools" / "slurm" / "cluster.sh"
-SHIM_DIR = ROOT / "tools" / "slurm" / "bin"
-DAEMONS = ("munged", "slurmctld", "slurmd")
+from slurm_local import CLUSTER, DAEMONS, ROOT, SHIM_DIR, free_port_pair, missing_reason
 
 pytestmark = pytest.mark.slow
 
-_missing = [b for b in ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo")
-            if shutil.which(b) is None]
+_missing = missing_reason()
 if _missing:
-    pytest.skip(f"SLURM/munge binaries not installed ({', '.join(_missing)}); "
-                "run tools/slurm/cluster.sh install", allow_module_level=True)
-if os.geteuid() != 0:
-    pytest.skip("the localhost SLURM test cluster runs its daemons as root", allow_module_level=True)
+    pytest.skip(_missing, allow_module_level=True)
 submitit = pytest.importorskip("submitit", reason="submitit is not installed in this environment")
-
-
-def _free_port_pair() -> int:
-    """A port p with p and p + 1 both free on 127.0.0.1 (slurmctld and slurmd)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65534:
-            continue
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free pair of adjacent ports on 127.0.0.1")
 
 
 def _alive(pid: int) -> bool:
@@ -78,7 +52,7 @@ def sleep_then_return(seconds: float) -> str:
 @pytest.fixture
 def cluster(tmp_path, monkeypatch):
     state = tmp_path / "slurm"
-    port = _free_port_pair()
+    port = free_port_pair()
     started = time.monotonic()
     run = subprocess.run([str(CLUSTER), "start", str(state), str(port)], capture_output=True, text=True,
                          timeout=180)

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -25,10 +24,9 @@ import pytest
 
 from empriv.config import ConfigError, SweepParams, parse_section
 from empriv.infra.sweep import SweepError, make_plan, merged_resources, run_sweep, slurm_parameters
+from slurm_local import CLUSTER, SHIM_DIR, free_port_pair, missing_reason
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER = ROOT / "tools" / "slurm" / "cluster.sh"
-SHIM_DIR = ROOT / "tools" / "slurm" / "bin"
 BIN = Path(sys.executable).parent
 PY = sys.executable
 
@@ -577,47 +575,15 @@ def test_local_sweep_failure_names_its_log_and_commits_the_rest(project):
 
 
 # ----------------------------------------------------------------------------------------------- slow: SLURM
-def _free_port_pair() -> int:
-    """A port p with p and p + 1 both free on 127.0.0.1 (slurmctld and slurmd)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65534:
-            continue
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free pair of adjacent ports on 127.0.0.1")
-
-
-def _slurm_missing() -> str | None:
-    missing = [b for b in ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo", "scontrol")
-               if shutil.which(b) is None]
-    if missing:
-        return f"SLURM/munge binaries not installed ({', '.join(missing)}); run tools/slurm/cluster.sh install"
-    if os.geteuid() != 0:
-        return "the localhost SLURM test cluster runs its daemons as root"
-    try:
-        import submitit  # noqa: F401
-    except ImportError:
-        return "submitit is not installed in this environment"
-    return None
-
-
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
     """A localhost SLURM cluster for this module's tests, stopped (by its recorded PIDs) when they are done."""
-    reason = _slurm_missing()
+    reason = missing_reason()
     if reason:
         pytest.skip(reason)
     state = tmp_path_factory.mktemp("slurm")
     try:
-        start = subprocess.run([str(CLUSTER), "start", str(state), str(_free_port_pair())], capture_output=True,
+        start = subprocess.run([str(CLUSTER), "start", str(state), str(free_port_pair())], capture_output=True,
                                text=True, timeout=180)
         if start.returncode != 0:
             pytest.skip(f"the localhost SLURM cluster did not start: {start.stderr.strip()[-300:]}")
@@ -705,7 +671,7 @@ def test_slurm_retries_a_killed_and_a_preempted_job(project, slurm):
 def test_slurm_unreachable_controller_is_one_line(project, slurm):
     conf = (slurm["state"] / "slurm.conf").read_text()
     dead = slurm["state"] / "dead.conf"
-    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={_free_port_pair()}", conf))
+    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port_pair()}", conf))
     run = _sweep(project, "--engine", "slurm", env=dict(slurm["env"], SLURM_CONF=str(dead)))
     assert run.returncode == 2
     assert run.stderr.strip() == ("error: engine slurm: no SLURM reachable (sinfo: slurm_load_partitions: Unable to "
