@@ -138,7 +138,7 @@ def _target(s: dict, tok) -> list[int]:
     return acr_target_ids(s, tok)
 
 
-FAST_ONLY = ("patience", "patience_tolerance", "fast_candidates")  # knobs the published procedure ignores
+FAST_ONLY = ("patience", "patience_tolerance", "fast_candidates", "race_steps", "give_up")  # knobs the published procedure ignores
 
 
 def _settings_values(data: dict, label: str) -> dict:
