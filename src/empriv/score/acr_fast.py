@@ -25,10 +25,11 @@ changes how a length is searched:
    seeds still searching it with the lowest best loss (rounded up: 3 → 2 → 1) go on and the others stop there, with
    their best prompt for the next length (successive halving). A length that fails — most of the cost — is then paid
    by about one seed past the first rungs instead of three; a success by any seed still in the race wins the length;
-7. **hopeless lengths are given up** (``give_up_after``, ``give_up_wrong``): after ``give_up_after`` steps at a
-   length, it fails at once when no candidate scored there by any seed got fewer than ``give_up_wrong`` target tokens
-   wrong (greedy arg-max under teacher forcing; a success has 0). A length that is won came within 1–2 tokens by
-   then on the default's memorised models (benchmarks/acr.py), one that fails for every seed is often 4–11 away;
+7. **hopeless lengths are given up** (``give_up``, rungs of [steps, wrong]): after ``steps`` steps at a length, it
+   fails at once when no candidate scored there by any seed got fewer than ``wrong`` target tokens wrong (greedy
+   arg-max under teacher forcing; a success has 0). On the default's memorised models every length that was won had
+   come within 3 tokens after 10 steps and within 1 after 40, while about half of the lengths that failed for
+   every seed were 4–11 tokens away after 10 (docs/scoring.md, "ACR cost");
 8. **length 1 is searched exhaustively** when the vocabulary is no larger than that length's GCG budget (seeds ×
    steps × swaps): every one-token prompt is scored, so a one-token prompt is found if one exists, and a failure
    there is exact;
