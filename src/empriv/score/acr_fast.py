@@ -35,7 +35,8 @@ changes how a length is searched:
    there is exact;
 9. duplicate candidates (and the current prompt) are not scored again.
 
-With one search seed (params.yaml's budget) the race never runs: such a search is the one without it.
+With one search seed (params.yaml's budget) the race never runs: such a search is the one without it; ``give_up``
+applies to one seed too, and params.yaml sets it to [] (its budget is searched as before).
 
 A success is always a prompt whose greedy continuation under teacher forcing is the target, checked on the model's
 own arg-maxes; a length that fails stays a failure, and the bound of a failed search follows from the longest
