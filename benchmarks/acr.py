@@ -138,7 +138,7 @@ def _target(s: dict, tok) -> list[int]:
     return acr_target_ids(s, tok)
 
 
-FAST_ONLY = ("patience", "patience_tolerance", "fast_candidates")  # knobs the published procedure ignores
+FAST_ONLY = ("patience", "patience_tolerance", "fast_candidates", "race_steps", "give_up")  # knobs the published procedure ignores
 
 
 def _settings_values(data: dict, label: str) -> dict:
@@ -195,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-search", action="store_true", help="search nothing: the table of the reused rows only")
     ap.add_argument("--fast-set", action="append", default=[], metavar="KEY=VALUE",
                     help="change one knob of the fast side (e.g. patience=20; YAML values), to try a setting")
+    ap.add_argument("--key-suffix", default="", help="appended to each secret id where it seeds the search (e.g. '#1'):"
+                    " a replicate of the search with other random streams, to see how often an outcome recurs")
     ap.add_argument("--json", help="also write the results to this file (rewritten after every row)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -233,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         for s in secrets:
             target = target_of(s)
             row = {"model": mname, "secret": s["id"], "target_tokens": len(target)}
+            if args.key_suffix:
+                row["key_suffix"] = args.key_suffix
             for label, settings in (("published", published), ("fast", fast)):
                 if (mname, s["id"]) in reuse[label]:
                     row.update({f"{k}_{label}": reuse[label][(mname, s["id"])].get(f"{k}_{label}") for k in _KEYS})
@@ -242,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 t0, c0 = time.perf_counter(), time.process_time()
                 r = adversarial_compression_ratio(model.get() if isinstance(model, _Lazy) else model, target, settings,
-                                                  key=s["id"])
+                                                  key=s["id"] + args.key_suffix)
                 row.update({f"acr_{label}": r.acr, f"success_{label}": r.success, f"bound_{label}": r.upper_bound,
                             f"passes_{label}": r.counts.passes, f"sequences_{label}": r.counts.sequences,
                             f"seconds_{label}": time.perf_counter() - t0, f"cpu_seconds_{label}": time.process_time() - c0,

@@ -217,7 +217,7 @@ def test_fast_seeds_share_model_calls(tok):
     runs the whole schedule from the start length (as published), and ACR is the best over seeds."""
     model = _fresh(tok, seed=1)
     target = tok.encode(SHORT)
-    s = {**QUICK, "max_length": 20, "steps": 12, "patience": None, "seeds": [0, 1]}
+    s = {**QUICK, "max_length": 20, "steps": 12, "patience": None, "seeds": [0, 1], "race_steps": None, "give_up": []}
     both = adversarial_compression_ratio(model, target, ACRSearchParams(**s), key="k")
     alone = [adversarial_compression_ratio(model, target, ACRSearchParams(**{**s, "seeds": [seed]}), key="k") for seed in (0, 1)]
     assert [r["lengths_tried"] for r in both.per_seed] == [["5-", "10-", "15-"]] * 2
@@ -318,3 +318,118 @@ def test_fast_seeds_search_one_schedule_as_a_population(memorised, tok):
     assert res.acr == pytest.approx(len(target) / min(won))
     # the schedule stops once the length one below the shortest success has failed (or the success is at length 1)
     assert min(won) == 1 or f"{min(won) - 1}-" in res.per_seed[0]["lengths_tried"]
+
+
+def _gradient_rows(model):
+    """A hook that records the batch size of every gradient call (a call on embeddings) the search makes."""
+    rows: list[int] = []
+
+    def seen(module, args, kwargs):
+        if kwargs.get("inputs_embeds") is not None:
+            rows.append(kwargs["inputs_embeds"].shape[0])
+
+    return rows, model.register_forward_pre_hook(seen, with_kwargs=True)
+
+
+def test_fast_race_halves_the_seeds_at_a_length_every_race_steps(tok):
+    """Fast, several seeds: every ``race_steps`` steps at a length, only the better half (rounded up) of the seeds
+    still searching it go on; the others score nothing more there. With three seeds, 12 steps and race_steps 4, no
+    patience and lengths that all fail: 3 seeds search steps 1–4, 2 seeds steps 5–8, 1 seed steps 9–12."""
+    model = _fresh(tok, seed=1)
+    target = tok.encode(SHORT)
+    s = {**QUICK, "max_length": 20, "steps": 12, "step_growth": 1.0, "patience": None, "give_up": [],
+         "seeds": [0, 1, 2]}
+    rows, handle = _gradient_rows(model)
+    try:
+        raced = adversarial_compression_ratio(model, target, ACRSearchParams(**s, race_steps=4), key="k")
+    finally:
+        handle.remove()
+    plain = adversarial_compression_ratio(model, target, ACRSearchParams(**s, race_steps=None), key="k")
+    lengths = raced.per_seed[0]["lengths_tried"]
+    assert lengths == plain.per_seed[0]["lengths_tried"] == ["5-", "10-", "15-"]
+    assert not raced.success and raced.upper_bound == plain.upper_bound  # a failure stays a censored bound
+    assert rows == [3] * 4 + [2] * 4 + [1] * 4 + [3] * 4 + [2] * 4 + [1] * 4 + [3] * 4 + [2] * 4 + [1] * 4
+    assert raced.counts.backward_calls == plain.counts.backward_calls  # one gradient call a step either way
+    # a seed out of the race scores no candidates: ~(3 + 2 + 1) / (3 · 3) of the sequences
+    assert raced.counts.sequences < 0.75 * plain.counts.sequences
+
+
+def test_the_race_keeps_the_seeds_with_the_lowest_loss():
+    """The half of the members with the lowest best loss so far (rounded up; ties by member order) go on; the others
+    end there unsuccessful, with their best prompt."""
+    from empriv.score.gcg import _LengthSearch, _Member
+
+    def member(loss):
+        m = _Member(torch.tensor([1, 2]), 10, torch.Generator())
+        m.best_prompt, m.best_loss = torch.tensor([int(loss * 10), 0]), loss
+        return m
+
+    three = [member(x) for x in (0.5, 0.2, 0.9)]
+    kept = _LengthSearch._race(three)
+    assert kept == [three[0], three[1]]  # 2 of 3 (order kept)
+    assert three[2].result[0] is False and torch.equal(three[2].result[1], three[2].best_prompt)
+    assert three[2].result[2] == 0.9 and three[0].result is None and three[1].result is None
+    assert _LengthSearch._race(kept) == [three[1]]
+    tied = [member(0.3), member(0.3)]
+    assert _LengthSearch._race(tied) == [tied[0]]
+
+
+def test_the_race_changes_no_one_seed_search_and_the_published_strategy_ignores_both_knobs(memorised, tok):
+    """One search seed (params.yaml's default budget): race_steps changes nothing — the same lengths, prompts and
+    counts; the published strategy ignores both knobs."""
+    target = tok.encode(SECRET)
+    one = {**QUICK, "seeds": [0], "give_up": []}
+    a = adversarial_compression_ratio(memorised, target, ACRSearchParams(**one, race_steps=None), key="secret-00").record()
+    b = adversarial_compression_ratio(memorised, target, ACRSearchParams(**one, race_steps=1), key="secret-00").record()
+    a.pop("acr_wall_time_s"), b.pop("acr_wall_time_s")
+    assert a == b
+    pub = [adversarial_compression_ratio(memorised, target, ACRSearchParams(**{**QUICK, "strategy": "published",
+                                                                               "steps": 10}, **knobs), key="k").record()
+           for knobs in ({"race_steps": None, "give_up": []}, {"race_steps": 1, "give_up": [[1, 30]]})]
+    for r in pub:
+        r.pop("acr_wall_time_s")
+    assert pub[0] == pub[1]
+
+
+def test_fast_gives_up_a_length_no_candidate_came_near(tok):
+    """``give_up`` [[k, w]]: a length ends after k steps when no candidate scored at it got fewer than w target tokens
+    wrong (w = 1: nothing reproduced the target, so every failing length stops at k); a w above the target's length
+    never fires (the search is the one without the rule); several rungs apply in turn."""
+    model = _fresh(tok, seed=1)
+    target = tok.encode(SHORT)
+    s = {**QUICK, "max_length": 20, "steps": 12, "step_growth": 1.0, "patience": None, "race_steps": None}
+    rows, handle = _gradient_rows(model)
+    try:
+        quick = adversarial_compression_ratio(model, target, ACRSearchParams(**s, give_up=[[3, 1]]), key="k")
+    finally:
+        handle.remove()
+    assert quick.per_seed[0]["lengths_tried"] == ["5-", "10-", "15-"] and not quick.success
+    assert rows == [2] * 9 and quick.counts.backward_calls == 9  # 3 steps at each of 3 lengths
+    never = adversarial_compression_ratio(model, target, ACRSearchParams(**s, give_up=[[3, len(target) + 1]]), key="k").record()
+    without = adversarial_compression_ratio(model, target, ACRSearchParams(**s, give_up=[]), key="k").record()
+    never.pop("acr_wall_time_s"), without.pop("acr_wall_time_s")
+    assert never == without and never["acr_backward_calls"] == 36
+    two = adversarial_compression_ratio(model, target, ACRSearchParams(**s, give_up=[[2, len(target) + 1], [5, 1]]), key="k")
+    assert two.counts.backward_calls == 15  # the first rung never fires, the second stops each length at 5 steps
+    for bad in ([[3]], [[0, 2]], [[5, 2], [3, 1]]):
+        with pytest.raises(ValueError, match="give_up"):
+            ACRSearchParams(give_up=bad)
+
+
+def test_wrong_counts_the_target_tokens_greedy_decoding_misses():
+    """``evaluate_wrong``: per row, the target tokens whose arg-max under teacher forcing is not the target token (by
+    hand from a full forward pass); ``evaluate``'s exact match is a count of 0; both count the same calls."""
+    from empriv.score.gcg import _Objective
+
+    model = tiny_gpt2().eval()
+    target = [5, 17, 42, 7]
+    counts = PassCount()
+    objective = _Objective(model, target, counts)
+    prompts = torch.randint(0, 299, (6, 3), generator=torch.Generator().manual_seed(3))
+    loss, wrong = objective.evaluate_wrong(prompts)
+    with torch.no_grad():
+        logits = model(torch.cat([prompts, torch.tensor(target).expand(6, -1)], 1)).logits[:, 2 : 2 + len(target)]
+    assert torch.equal(wrong, (logits.argmax(-1) != torch.tensor(target)).sum(1))
+    loss2, match = objective.evaluate(prompts)
+    assert torch.equal(match, wrong == 0) and torch.equal(loss, loss2)
+    assert counts.sequences == 12 and counts.forward_calls == 2

@@ -39,6 +39,23 @@ class ACRSearchParams(_Section):
     patience: int | None = Field(40, ge=1)  # fast only: steps without a real improvement before a length is given up
     patience_tolerance: float = Field(0.02, ge=0.0, lt=1.0)  # fast only: the relative improvement that resets patience
     fast_candidates: int | None = Field(64, ge=1)  # fast only: swaps per seed per step (null: candidates)
+    # fast only, several seeds: every race_steps steps at a length, the half of the seeds still searching it with the
+    # lowest loss so far (rounded up) go on, the others stop there (successive halving; null: every seed searches on)
+    race_steps: int | None = Field(40, ge=1)
+    # fast only: [steps, wrong] pairs — after that many steps at a length, the length is given up when no candidate
+    # scored at it got fewer than that many target tokens wrong (greedy arg-max under teacher forcing; []: never)
+    give_up: list[list[int]] = Field([[10, 4], [40, 2]])
+
+    @field_validator("give_up")
+    @classmethod
+    def _give_up(cls, v: list[list[int]]) -> list[list[int]]:
+        for pair in v:
+            if len(pair) != 2 or min(pair) < 1:
+                raise ParamError("must be a list of [steps, wrong] pairs of integers >= 1", v,
+                                 "e.g. [[10, 4], [40, 2]] or []", key="give_up")
+        if [p[0] for p in v] != sorted({p[0] for p in v}):
+            raise ParamError("its steps must increase", v, "e.g. [[10, 4], [40, 2]]", key="give_up")
+        return v
 
     @model_validator(mode="after")
     def _lengths(self) -> "ACRSearchParams":

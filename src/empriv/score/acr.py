@@ -43,7 +43,9 @@ Two strategies run this same search:
   schedule, the seeds' GCG steps batched together with ``fast_candidates`` swaps each, a length won the moment any
   seed's candidate reproduces the target (read off the candidate batch, no extra pass), warm starts from the best
   one-token deletions of the winning prompt, lengths abandoned after ``patience`` steps without a real improvement,
-  an exhaustive pass over the vocabulary at length 1, duplicate candidates scored once.
+  the seeds raced at a length (half of them, those with the lowest loss, go on every ``race_steps`` steps), a length
+  given up after ``give_up_after`` steps when no candidate came within ``give_up_wrong`` wrong target tokens, an
+  exhaustive pass over the vocabulary at length 1, duplicate candidates scored once.
 
 Passes are counted (forward calls, backward calls, sequences scored) so costs can be compared.
 """

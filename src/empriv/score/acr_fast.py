@@ -21,10 +21,22 @@ changes how a length is searched:
    the cost of that pass). After a failure each seed keeps its best prompt, with new random tokens in front;
 5. **patience**: a length is abandoned by a seed after ``patience`` steps in which its best loss did not improve by
    ``patience_tolerance`` (relative) since the patience last restarted;
-6. **length 1 is searched exhaustively** when the vocabulary is no larger than that length's GCG budget (seeds ×
+6. **the seeds race** (``race_steps``, several seeds only): every ``race_steps`` steps at a length, the half of the
+   seeds still searching it with the lowest best loss (rounded up: 3 → 2 → 1) go on and the others stop there, with
+   their best prompt for the next length (successive halving). A length that fails — most of the cost — is then paid
+   by about one seed past the first rungs instead of three; a success by any seed still in the race wins the length;
+7. **hopeless lengths are given up** (``give_up``, rungs of [steps, wrong]): after ``steps`` steps at a length, it
+   fails at once when no candidate scored there by any seed got fewer than ``wrong`` target tokens wrong (greedy
+   arg-max under teacher forcing; a success has 0). On the default's memorised models every length that was won had
+   come within 3 tokens after 10 steps and within 1 after 40, while about half of the lengths that failed for
+   every seed were 4–11 tokens away after 10 (docs/scoring.md, "ACR cost");
+8. **length 1 is searched exhaustively** when the vocabulary is no larger than that length's GCG budget (seeds ×
    steps × swaps): every one-token prompt is scored, so a one-token prompt is found if one exists, and a failure
    there is exact;
-7. duplicate candidates (and the current prompt) are not scored again.
+9. duplicate candidates (and the current prompt) are not scored again.
+
+With one search seed (params.yaml's budget) the race never runs: such a search is the one without it; ``give_up``
+applies to one seed too, and params.yaml sets it to [] (its budget is searched as before).
 
 A success is always a prompt whose greedy continuation under teacher forcing is the target, checked on the model's
 own arg-maxes; a length that fails stays a failure, and the bound of a failed search follows from the longest
@@ -81,7 +93,9 @@ def search_population(obj: _Objective, s: ACRSearchParams, key: str, search: _Le
             bests = {seed: prompt for seed in seeds}
         else:
             members = {seed: _Member(starts[seed], steps, gens[seed], candidates=swaps) for seed in seeds}
-            results = dict(zip(seeds, search.run_batch(list(members.values()), first_success_stops=True)))
+            results = dict(zip(seeds, search.run_batch(
+                list(members.values()), first_success_stops=True, race_steps=s.race_steps,
+                give_up=s.give_up)))
             winners = [seed for seed in seeds if results[seed][0]]
             winner = min(winners, key=lambda seed: results[seed][2]) if winners else None
             ok, prompt = winner is not None, results[winner][1] if winners else None

@@ -69,11 +69,17 @@ class _Objective:
         return F.cross_entropy(logits.reshape(B * n, V).float(), self.target.repeat(B),
                                reduction="none").view(B, n).mean(1)
 
-    @torch.no_grad()
     def evaluate(self, prompts: torch.Tensor, batch: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss [B], exact greedy match [B]) of prompts [B, L]."""
+        losses, wrong = self.evaluate_wrong(prompts, batch)
+        return losses, wrong == 0
+
+    @torch.no_grad()
+    def evaluate_wrong(self, prompts: torch.Tensor, batch: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss [B], wrong [B]) of prompts [B, L]: ``wrong`` counts the target tokens whose greedy (arg-max)
+        prediction under teacher forcing is not the target token — 0 is an exact match."""
         L = prompts.shape[1]
-        losses, matches = [], []
+        losses, wrong = [], []
         for start in range(0, prompts.shape[0], batch):
             p = prompts[start : start + batch]
             ids = torch.cat([p, self.target.expand(p.shape[0], -1)], dim=1)
@@ -81,8 +87,8 @@ class _Objective:
             self.counts.forward_calls += 1
             self.counts.sequences += p.shape[0]
             losses.append(self._losses(logits))
-            matches.append((logits.argmax(-1) == self.target).all(1))
-        return torch.cat(losses), torch.cat(matches)
+            wrong.append((logits.argmax(-1) != self.target).sum(1))
+        return torch.cat(losses), torch.cat(wrong)
 
     def gradients(self, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(∂loss/∂one-hot [B, L, V], loss [B], exact match [B]) at prompts [B, L]: one forward and one
@@ -136,6 +142,7 @@ class _Member:
     step: int = 0
     result: tuple[bool, torch.Tensor, float] | None = None
     candidates: int | None = None  # swaps scored per step (None: settings.candidates)
+    fewest_wrong: int | None = None  # fewest wrong target tokens of any candidate scored so far (fast only)
 
 class _LengthSearch:
     """GCG at one prompt length for one or several seeds at once; each gets (success, best prompt, best loss).
@@ -149,9 +156,13 @@ class _LengthSearch:
     def run(self, prompt: torch.Tensor, steps: int, gen: torch.Generator) -> tuple[bool, torch.Tensor, float]:
         return self.run_batch([_Member(prompt, steps, gen)])[0]
 
-    def run_batch(self, members: list[_Member], first_success_stops: bool = False) -> list[tuple[bool, torch.Tensor, float]]:
+    def run_batch(self, members: list[_Member], first_success_stops: bool = False, race_steps: int | None = None,
+                  give_up: Sequence[Sequence[int]] = ()) -> list[tuple[bool, torch.Tensor, float]]:
         """Every member's (success, prompt, loss); with ``first_success_stops`` the others end (unsuccessful, with
-        their best so far) as soon as one member succeeds."""
+        their best so far) as soon as one member succeeds. With ``race_steps``, the members still searching are
+        halved every ``race_steps`` steps (:meth:`_race`). For each (k, w) of ``give_up``, every member ends after
+        k steps (unsuccessful) when no candidate any member scored so far got fewer than w target tokens wrong."""
+        give_up = dict(give_up)
         fast = self.s.strategy == "fast"
         active = [m for m in members if m.steps > 0]
         for m in members:
@@ -173,20 +184,41 @@ class _LengthSearch:
                 batch.append((m, cands))
             if not batch or (first_success_stops and any(m.result is not None and m.result[0] for m in members)):
                 break
-            losses, matches = self.obj.evaluate(torch.cat([c for _, c in batch]))
+            losses, wrong = self.obj.evaluate_wrong(torch.cat([c for _, c in batch]))
+            matches = wrong == 0
             still, start = [], 0
             for m, cands in batch:
                 sl = slice(start, start + cands.shape[0])
                 start += cands.shape[0]
+                fewest = int(wrong[sl].min())
+                m.fewest_wrong = fewest if m.fewest_wrong is None else min(m.fewest_wrong, fewest)
                 if self._step(m, cands, losses[sl], matches[sl], fast):
                     still.append(m)
             active = still
+            if active and active[0].step in give_up and \
+                    min(m.fewest_wrong for m in members if m.fewest_wrong is not None) >= give_up[active[0].step]:
+                for m in active:  # nothing came near the target: this length is given up
+                    m.result = (False, m.best_prompt, m.best_loss)
+                break
+            if race_steps and len(active) > 1 and active[0].step % race_steps == 0:
+                active = self._race(active)
             if first_success_stops and any(m.result is not None and m.result[0] for m in members):
                 break
         for m in members:
             if m.result is None:  # cut short: another member succeeded
                 m.result = (False, m.best_prompt if m.best_prompt is not None else m.prompt, m.best_loss)
         return [m.result for m in members]
+
+    @staticmethod
+    def _race(active: list[_Member]) -> list[_Member]:
+        """Successive halving: the members with the lowest best loss so far go on (half of them, rounded up; ties
+        by member order); the others end here, unsuccessful, with their best prompt."""
+        keep = (len(active) + 1) // 2
+        ranked = sorted(range(len(active)), key=lambda j: active[j].best_loss)[:keep]
+        for j, m in enumerate(active):
+            if j not in ranked:
+                m.result = (False, m.best_prompt, m.best_loss)
+        return [m for j, m in enumerate(active) if j in ranked]
 
     def _step(self, m: _Member, cands, losses, matches, fast: bool) -> bool:
         """Apply one GCG step's candidate scores to ``m``; False once its search at this length is over."""
