@@ -604,3 +604,16 @@ def test_the_audit_cube_is_asked_with_its_canaries_design(tmp_path):
     # the same methods at record level, and every shipped method on the default cube, pass
     fine = with_("cube.method", ["full", "lora", "prefix", "prompt", "head", "dpzero"], VIRTUAL_OK)
     assert method_errors(parse_params(with_("canaries.design", "random", fine))) == []
+
+
+def test_the_acr_record_holds_every_search_setting():
+    """score's acr_protocol lists every key of ACRSearchParams with its value (race_steps and give_up included), so a
+    record says how its searches ran; asked here of a run ACR does not apply to (nothing is searched)."""
+    from empriv.config import RunConfig
+    from empriv.score.gcg import SEARCH_FIELDS
+    from empriv.score.run import run_acr
+
+    acr = parse_params(with_("score.acr", {"epsilons": [2], "give_up": [[10, 4]], "race_steps": 7, "seeds": [3]})).score.acr
+    record = run_acr(None, None, [], [], acr, RunConfig(math.inf, 8, 1, 0.01, 0))
+    assert set(SEARCH_FIELDS) <= set(record) and record["ran"] is False and "why_not" in record
+    assert record["give_up"] == [[10, 4]] and record["race_steps"] == 7 and record["seeds"] == [3]

@@ -75,12 +75,8 @@ def run_acr(model, tokenizer, secrets: list[dict], rows: list[dict], acr_params,
 
     settings = settings_from_params(acr_params)
     chosen = acr_secrets(secrets, acr_params) if acr_params.applies_to(run) else []
-    record = {"ran": bool(chosen), "n_secrets": len(chosen), "strategy": settings.strategy, "top_k": settings.top_k,
-              "candidates": settings.candidates, "steps": settings.steps, "step_growth": settings.step_growth,
-              "start_length": settings.start_length, "grow": settings.grow, "max_length": settings.max_length,
-              "seeds": list(settings.seeds), "patience": settings.patience,
-              "patience_tolerance": settings.patience_tolerance, "fast_candidates": settings.fast_candidates,
-              "lengths": "tokens"}
+    # every search setting, from the settings model itself (a new one is recorded without a line here)
+    record = {"ran": bool(chosen), "n_secrets": len(chosen), **settings.model_dump(mode="json"), "lengths": "tokens"}
     if not chosen:
         record["why_not"] = ("score.acr.enabled is false" if not acr_params.enabled else
                              "no string (Enron-like) secrets" if not acr_secrets(secrets, acr_params) else
