@@ -106,3 +106,21 @@ def test_a_record_level_run_needs_its_method():
     params = _params()
     with pytest.raises(ValueError, match="pass its training method"):
         release_event(params, RunConfig(8, 10, T, 0.01, 0, "record"), noise_multiplier=SIGMA, sample_rate=Q)
+
+
+def test_the_audit_ceiling_is_infinite_when_the_release_has_a_non_private_part():
+    """audit_upper_bound reads the run's recorded dp_event: a DP-Flat run with published AWP (private data, no noise)
+    has no finite ε, so the audit's ε̂ has no ceiling; the strict switches and plain DP-SGD keep the PRV ε of (σ, q, T)."""
+    from empriv.pipeline.audit import audit_upper_bound
+    from empriv.privacy.accounting import epsilon_for
+    from empriv.privacy.events import event_to_dict
+
+    run = RunConfig(8, 10, T, 0.01, 0, "record")
+    strict = {"awp": True, "awp_variant": "strict", "awp_steps": 2, "layer_elimination": True, "target_layers": 1,
+              "elimination_data": "public", "kd": True, "kd_data": "public", "nor_steps": 3}
+    published = {**strict, "awp_variant": "published", "elimination_data": "private"}
+    facts = {"noise_multiplier": SIGMA, "sample_rate": Q}
+    finite = epsilon_for(SIGMA, Q, T, 1e-5, "prv")
+    for params, expected in ((_params(), finite), (_flat(strict), finite), (_flat(published), math.inf)):
+        metrics = {**facts, "dp_event": event_to_dict(_event(params))}
+        assert audit_upper_bound(params, run, metrics, 1e-5) == expected

@@ -136,9 +136,16 @@ def audit_upper_bound(params: Params, run: RunConfig, train_metrics: dict, delta
     """The run's guarantee at the audit's δ, which ε̂ may never exceed: the PRV ε of (σ, q, T) for a record-level
     run; for a user-level run its user-level ε, re-accounted at the audit's δ — Group Privacy: the tight
     mixture-of-Gaussians PLD of a unit's k records (the mechanism's true user-level ε; the naive conversion is
-    only looser), User-wise DP-SGD: the PRV ε of (σ, q over units, T)."""
+    only looser), User-wise DP-SGD: the PRV ε of (σ, q over units, T). ∞ when the release recorded in the run's
+    ``dp_event`` has a part that is not private (DP-Flat's published AWP or layer elimination on private data, DPZero's
+    KD on private data): the noisy steps' ε does not bound what such a run leaks, so ε̂ has no finite ceiling."""
     if not run.private:
         return math.inf
+    if "dp_event" in train_metrics:
+        from empriv.privacy.events import event_from_dict, has_non_private_part
+
+        if has_non_private_part(event_from_dict(train_metrics["dp_event"])):
+            return math.inf
     sigma, q = train_metrics["noise_multiplier"], train_metrics["sample_rate"]
     unit = run.privacy_unit
     if unit.user_level and unit.method == "group":
