@@ -30,7 +30,14 @@ epsinf-…-s0``) and the base model, on ``data/secrets_filtered.jsonl`` (run ``m
 strengths of memorisation, so that some secrets compress and some do not (no pipeline needed).
 
 Exit status 1 if fewer sequences are saved than ``--goal`` (10×, issue 30; it was 5× on model calls before) or
-some secret's fast ACR is below the published one. The published procedure is deterministic given its seeds, so
+some secret's fast ACR is below the published one.
+
+Both searches are random (GCG's candidate draws, the random prompts a length starts from): one search per secret
+is one draw of each, and which of two close searches finds the shorter prompt can change from draw to draw.
+``--replicates R`` searches every (model, secret) R times with independent random streams (draw 0 keyed by the
+secret id as the pipeline keys it, draw i by the id + ``#i``) and judges the ACR per secret on the **median draw**
+of each strategy (R odd; a failed draw ranks below every success, two failures by their bounds); the costs are
+the totals over all draws. The per-draw tally is printed too. The published procedure is deterministic given its seeds, so
 ``--reuse-published`` can take its rows from an earlier ``--json`` of the same settings (``--only published`` runs
 just the peer); the printed total says how many rows were reused.
 """
@@ -131,6 +138,27 @@ def _compare(row: dict) -> int:
     return 0 if abs(a - b) < 1e-9 else (1 if a > b else -1)
 
 
+def _outcome(row: dict, label: str) -> tuple:
+    """A draw's outcome as a sort key, larger = stronger: a success by its ACR, above every failure; a failure by
+    its bound (a lower bound: longer lengths were tried)."""
+    if row[f"success_{label}"]:
+        return (1, row[f"acr_{label}"])
+    return (0, -row[f"bound_{label}"])
+
+
+def _median_row(rows: list[dict], label: str) -> dict:
+    """The median draw of one strategy over the draws of one (model, secret) (an odd number of them)."""
+    ranked = sorted(rows, key=lambda r: _outcome(r, label))
+    return ranked[len(ranked) // 2]
+
+
+def _compare_medians(rows: list[dict]) -> int:
+    """:func:`_compare` of the two strategies' median draws over the draws of one (model, secret)."""
+    pub, fast = _median_row(rows, "published"), _median_row(rows, "fast")
+    merged = {k: pub[k] for k in ("acr_published", "bound_published")} | {k: fast[k] for k in ("acr_fast", "bound_fast")}
+    return _compare(merged)
+
+
 def _target(s: dict, tok) -> list[int]:
     """The ids a secret's ACR search targets in the pipeline (its in-context ids where the secrets stage kept them)."""
     from empriv.score.acr import acr_target_ids
@@ -155,8 +183,9 @@ def _settings_values(data: dict, label: str) -> dict:
 
 
 def _reused(paths: list[str], settings, label: str) -> dict:
-    """Rows of earlier runs of this script (``--reuse-published`` / ``--reuse-fast``), keyed by (model, secret), when
-    they were measured with the same settings of that side: each search is deterministic given its seeds."""
+    """Rows of earlier runs of this script (``--reuse-published`` / ``--reuse-fast``), keyed by (model, secret, key
+    suffix), when they were measured with the same settings of that side: each search is deterministic given its
+    seeds."""
     out = {}
     now = settings.model_dump()
     for path in paths:
@@ -168,7 +197,8 @@ def _reused(paths: list[str], settings, label: str) -> dict:
             same = then == now
         if not same:
             raise SystemExit(f"--reuse-{label} {path}: measured with other {label} settings ({then} here: {now})")
-        out.update({(r["model"], r["secret"]): r for r in data["rows"] if f"success_{label}" in r})
+        out.update({(r["model"], r["secret"], r.get("key_suffix", "")): r for r in data["rows"]
+                    if f"success_{label}" in r})
     return out
 
 
@@ -197,8 +227,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="change one knob of the fast side (e.g. patience=20; YAML values), to try a setting")
     ap.add_argument("--key-suffix", default="", help="appended to each secret id where it seeds the search (e.g. '#1'):"
                     " a replicate of the search with other random streams, to see how often an outcome recurs")
+    ap.add_argument("--replicates", type=int, default=1, help="search every (model, secret) this many times with "
+                    "independent random streams (odd; draw i > 0 is keyed by the secret id + '#i') and judge the ACR "
+                    "on each strategy's median draw")
     ap.add_argument("--json", help="also write the results to this file (rewritten after every row)")
     args = ap.parse_args(argv)
+    if args.replicates < 1 or args.replicates % 2 == 0:
+        ap.error(f"--replicates: {args.replicates} is not allowed: an odd number ≥ 1 (the median draw is judged)")
+    if args.replicates > 1 and args.key_suffix:
+        ap.error("--replicates and --key-suffix: give one (the replicates are keyed '', '#1', …)")
+    suffixes = [args.key_suffix] if args.replicates == 1 else [""] + [f"#{i}" for i in range(1, args.replicates)]
     torch.set_num_threads(args.threads)
 
     if args.synthetic:
@@ -217,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     reuse = {"published": _reused(args.reuse_published, published, "published"),
              "fast": _reused(args.reuse_fast, fast, "fast")}
     print(f"{len(secrets)} secrets × {len(models)} models; peer: published procedure {published}")
-    print(f"{'model':<28}{'secret':<11}{'|s|':>4}{'ACR pub':>9}{'ACR fast':>9}{'seqs pub':>10}{'fast':>9}"
+    print(f"{'model':<28}{'secret':<16}{'|s|':>4}{'ACR pub':>9}{'ACR fast':>9}{'seqs pub':>10}{'fast':>9}"
           f"{'ratio':>7}{'calls pub':>10}{'fast':>7}{'ratio':>7}{'s pub':>8}{'s fast':>8}  seeds' prompts pub | fast")
     rows = []
 
@@ -232,21 +270,21 @@ def main(argv: list[str] | None = None) -> int:
     for mname, model in models.items():
         if not isinstance(model, torch.nn.Module):  # a loader: load only when some row of it is searched here
             model = _Lazy(model)
-        for s in secrets:
+        for s, suffix in ((s, suffix) for s in secrets for suffix in suffixes):
             target = target_of(s)
             row = {"model": mname, "secret": s["id"], "target_tokens": len(target)}
-            if args.key_suffix:
-                row["key_suffix"] = args.key_suffix
+            if suffix:
+                row["key_suffix"] = suffix
             for label, settings in (("published", published), ("fast", fast)):
-                if (mname, s["id"]) in reuse[label]:
-                    row.update({f"{k}_{label}": reuse[label][(mname, s["id"])].get(f"{k}_{label}") for k in _KEYS})
+                if (mname, s["id"], suffix) in reuse[label]:
+                    row.update({f"{k}_{label}": reuse[label][(mname, s["id"], suffix)].get(f"{k}_{label}") for k in _KEYS})
                     row[f"reused_{label}"] = True
                     continue
                 if (args.only and args.only != label) or args.no_search:
                     continue
                 t0, c0 = time.perf_counter(), time.process_time()
                 r = adversarial_compression_ratio(model.get() if isinstance(model, _Lazy) else model, target, settings,
-                                                  key=s["id"] + args.key_suffix)
+                                                  key=s["id"] + suffix)
                 row.update({f"acr_{label}": r.acr, f"success_{label}": r.success, f"bound_{label}": r.upper_bound,
                             f"passes_{label}": r.counts.passes, f"sequences_{label}": r.counts.sequences,
                             f"seconds_{label}": time.perf_counter() - t0, f"cpu_seconds_{label}": time.process_time() - c0,
@@ -257,6 +295,37 @@ def main(argv: list[str] | None = None) -> int:
             dump()
             print(_line(row), flush=True)
     return _summary(rows, args, dump)
+
+
+def _judge_medians(both: list[dict], replicates: int, data: dict) -> int:
+    """Print and record the per-secret comparison of the two strategies' median draws; return how many secrets the
+    fast strategy's median draw is below the published one's (an incomplete secret counts as below)."""
+    pairs: dict[tuple, list[dict]] = {}
+    for r in both:
+        pairs.setdefault((r["model"], r["secret"]), []).append(r)
+
+    def lengths(rows, label):
+        return sorted((min((p for p in r[f"prompt_{label}"] if p is not None), default=None) for r in rows),
+                      key=lambda v: float("inf") if v is None else v)
+
+    print(f"\nACR per secret on the median of {replicates} draws (shortest prompt of each draw; None: nothing found):")
+    order, rows_out = [], []
+    for (m, sec), rows in pairs.items():
+        if len(rows) != replicates:
+            verdict = -1
+            print(f"  {m[:27]:<28}{sec:<11} only {len(rows)} of {replicates} draws with both strategies: counted as lower")
+        else:
+            verdict = _compare_medians(rows)
+            print(f"  {m[:27]:<28}{sec:<11} published {lengths(rows, 'published')} | fast {lengths(rows, 'fast')} → "
+                  + {0: "equal", 1: "fast higher", -1: "fast lower"}[verdict])
+        order.append(verdict)
+        rows_out.append({"model": m, "secret": sec, "draws": len(rows), "verdict": verdict})
+    same, higher = order.count(0), order.count(1)
+    lower = len(order) - same - higher
+    print(f"ACR on the median draw: equal on {same}/{len(order)}, fast higher on {higher}, fast lower on {lower}")
+    data.update({"replicates": replicates, "median_draw": rows_out, "median_acr_equal": same,
+                 "median_acr_fast_higher": higher, "median_acr_fast_lower": lower})
+    return lower
 
 
 class _Lazy:
@@ -284,7 +353,7 @@ def _line(row: dict) -> str:
         a, b = row.get(f"{key}_published"), row.get(f"{key}_fast")
         return f"{a / b:.1f}" if a and b else "-"
 
-    return (f"{row['model'][:27]:<28}{row['secret']:<11}{row['target_tokens']:>4}{acr('published'):>9}{acr('fast'):>9}"
+    return (f"{row['model'][:27]:<28}{(row['secret'] + row.get('key_suffix', ''))[:15]:<16}{row['target_tokens']:>4}{acr('published'):>9}{acr('fast'):>9}"
             f"{_cell(row, 'published', 'sequences', 'd'):>10}{_cell(row, 'fast', 'sequences', 'd'):>9}{ratio('sequences'):>7}"
             f"{_cell(row, 'published', 'passes', 'd'):>10}{_cell(row, 'fast', 'passes', 'd'):>7}{ratio('passes'):>7}"
             f"{_cell(row, 'published', 'seconds', '.1f'):>8}{_cell(row, 'fast', 'seconds', '.1f'):>8}"
@@ -321,14 +390,18 @@ def _summary(rows: list[dict], args, dump) -> int:
     if all(cpu):
         print(f"total CPU time of the searching process: published {cpu[0]:.1f} s, fast {cpu[1]:.1f} s → "
               f"{cpu[0] / cpu[1]:.1f}× less (steadier than wall time on a loaded machine)")
-    print(f"ACR: equal on {same}/{len(both)}, fast higher (a shorter prompt found) on {higher}, fast lower on {lower}")
+    print(f"ACR: equal on {same}/{len(both)}, fast higher (a shorter prompt found) on {higher}, fast lower on {lower}"
+          + (" (every draw on its own)" if args.replicates > 1 else ""))
     data = dump()
     data.update({"totals": tot, "ratio_sequences": ratio_sequences, "ratio_passes": ratio,
                  "ratio_seconds": ratio_seconds, "acr_equal": same, "acr_fast_higher": higher, "acr_fast_lower": lower})
+    if args.replicates > 1:
+        lower = _judge_medians(both, args.replicates, data)
     if args.json:
         Path(args.json).write_text(json.dumps(data, indent=1))
     ok = ratio_sequences >= args.goal and lower == 0
-    print("goal (≥ %.0f× fewer sequences scored, no lower ACR): %s" % (args.goal, "met" if ok else "NOT met"))
+    print("goal (≥ %.0f× fewer sequences scored, no lower ACR%s): %s" % (
+        args.goal, f" on the median of {args.replicates} draws" if args.replicates > 1 else "", "met" if ok else "NOT met"))
     return 0 if ok else 1
 
 
