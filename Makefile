@@ -73,8 +73,13 @@ repro: $(STAMP)
 summary: $(STAMP)
 	@$(BIN)/empriv summary
 
+# Two pytest-xdist workers (TEST_WORKERS; 1 runs the suite serially in one process): every test is single-threaded
+# (tests/conftest.py), so the two cores run two test modules at a time; a module stays on one worker with its
+# fixtures (--dist loadfile), and the two modules that start the localhost SLURM cluster take turns
+# (tests/slurm_local.py).
+TEST_WORKERS ?= 2
 test: $(STAMP) chromium slurm
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # The report's browser test needs headless Chromium (Debian's `chromium`). Install it where it is missing
 # and we can (root with apt-get); a failed install does not fail the build: the test then skips, saying why.

@@ -4,9 +4,12 @@ controller and node daemon, and why it cannot run here (None when it can). Share
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,6 +17,19 @@ CLUSTER = ROOT / "tools" / "slurm" / "cluster.sh"
 SHIM_DIR = ROOT / "tools" / "slurm" / "bin"  # the `sacct` stand-in (no accounting daemon runs)
 DAEMONS = ("munged", "slurmctld", "slurmd")
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo", "scontrol")
+
+
+@contextlib.contextmanager
+def one_cluster_at_a_time():
+    """Hold a machine-wide lock while a test's cluster runs: under ``make test``'s two pytest-xdist workers the two
+    modules that start a cluster would otherwise run theirs side by side (one slurmd per host is what the cluster
+    script is written for). Without xdist nothing waits."""
+    with open(Path(tempfile.gettempdir()) / "empriv-test-slurm-cluster.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def free_port_pair() -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_local import CLUSTER, DAEMONS, ROOT, SHIM_DIR, free_port_pair, missing_reason
+from slurm_local import CLUSTER, DAEMONS, ROOT, SHIM_DIR, free_port_pair, missing_reason, one_cluster_at_a_time
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +51,11 @@ def sleep_then_return(seconds: float) -> str:
 
 @pytest.fixture
 def cluster(tmp_path, monkeypatch):
+    with one_cluster_at_a_time():
+        yield from _cluster(tmp_path, monkeypatch)
+
+
+def _cluster(tmp_path, monkeypatch):
     state = tmp_path / "slurm"
     port = free_port_pair()
     started = time.monotonic()

@@ -24,7 +24,7 @@ import pytest
 
 from empriv.config import ConfigError, SweepParams, parse_section
 from empriv.infra.sweep import SweepError, make_plan, merged_resources, run_sweep, slurm_parameters
-from slurm_local import CLUSTER, SHIM_DIR, free_port_pair, missing_reason
+from slurm_local import CLUSTER, SHIM_DIR, free_port_pair, missing_reason, one_cluster_at_a_time
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -582,16 +582,17 @@ def slurm(tmp_path_factory):
     if reason:
         pytest.skip(reason)
     state = tmp_path_factory.mktemp("slurm")
-    try:
-        start = subprocess.run([str(CLUSTER), "start", str(state), str(free_port_pair())], capture_output=True,
-                               text=True, timeout=180)
-        if start.returncode != 0:
-            pytest.skip(f"the localhost SLURM cluster did not start: {start.stderr.strip()[-300:]}")
-        env = _env(SLURM_CONF=str(state / "slurm.conf"))
-        env["PATH"] = os.pathsep.join([str(SHIM_DIR), env["PATH"]])
-        yield {"state": state, "env": env}
-    finally:
-        subprocess.run([str(CLUSTER), "stop", str(state)], capture_output=True, text=True, timeout=120)
+    with one_cluster_at_a_time():
+        try:
+            start = subprocess.run([str(CLUSTER), "start", str(state), str(free_port_pair())], capture_output=True,
+                                   text=True, timeout=180)
+            if start.returncode != 0:
+                pytest.skip(f"the localhost SLURM cluster did not start: {start.stderr.strip()[-300:]}")
+            env = _env(SLURM_CONF=str(state / "slurm.conf"))
+            env["PATH"] = os.pathsep.join([str(SHIM_DIR), env["PATH"]])
+            yield {"state": state, "env": env}
+        finally:
+            subprocess.run([str(CLUSTER), "stop", str(state)], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow
