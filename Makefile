@@ -73,11 +73,12 @@ repro: $(STAMP)
 summary: $(STAMP)
 	@$(BIN)/empriv summary
 
-# Two pytest-xdist workers (TEST_WORKERS; 1 runs the suite serially in one process): every test is single-threaded
-# (tests/conftest.py), so the two cores run two test modules at a time; a module stays on one worker with its
-# fixtures (--dist loadfile), and the two modules that start the localhost SLURM cluster take turns
-# (tests/slurm_local.py).
-TEST_WORKERS ?= 2
+# TEST_WORKERS=2 runs the suite in two pytest-xdist workers (--dist loadfile: a test module and its fixtures stay on
+# one worker; every test is single-threaded, so the two cores run two modules at a time; the two modules that start
+# the localhost SLURM cluster take turns, tests/slurm_local.py): 918 s against 1,324 s serially on an idle machine.
+# It is not the default: in one of two such runs tests/infra/test_warm.py's bit-for-bit comparison of a 2-thread
+# train stage failed (docs/timing.md, "make test in two workers"); CI runs the serial suite until that is understood.
+TEST_WORKERS ?= 1
 test: $(STAMP) chromium slurm
 	$(BIN)/python -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
