@@ -374,9 +374,9 @@ def test_the_race_keeps_the_seeds_with_the_lowest_loss():
     assert _LengthSearch._race(tied) == [tied[0]]
 
 
-def test_the_race_changes_no_one_seed_search_and_the_published_strategy_ignores_both_knobs(memorised, tok):
+def test_the_race_changes_no_one_seed_search_and_the_published_strategy_ignores_the_fast_knobs(memorised, tok):
     """One search seed (params.yaml's default budget): race_steps changes nothing — the same lengths, prompts and
-    counts; the published strategy ignores both knobs."""
+    counts; the published strategy ignores race_steps, give_up, keep and wrong_weight."""
     target = tok.encode(SECRET)
     one = {**QUICK, "seeds": [0], "give_up": []}
     a = adversarial_compression_ratio(memorised, target, ACRSearchParams(**one, race_steps=None), key="secret-00").record()
@@ -385,7 +385,8 @@ def test_the_race_changes_no_one_seed_search_and_the_published_strategy_ignores_
     assert a == b
     pub = [adversarial_compression_ratio(memorised, target, ACRSearchParams(**{**QUICK, "strategy": "published",
                                                                                "steps": 10}, **knobs), key="k").record()
-           for knobs in ({"race_steps": None, "give_up": []}, {"race_steps": 1, "give_up": [[1, 30]]})]
+           for knobs in ({"race_steps": None, "give_up": [], "keep": "loss", "wrong_weight": 0},
+                         {"race_steps": 1, "give_up": [[1, 30]], "keep": "fewest_wrong", "wrong_weight": 50})]
     for r in pub:
         r.pop("acr_wall_time_s")
     assert pub[0] == pub[1]
@@ -433,3 +434,66 @@ def test_wrong_counts_the_target_tokens_greedy_decoding_misses():
     loss2, match = objective.evaluate(prompts)
     assert torch.equal(match, wrong == 0) and torch.equal(loss, loss2)
     assert counts.sequences == 12 and counts.forward_calls == 2
+
+
+def test_a_fast_step_keeps_the_candidate_with_the_fewest_wrong_tokens():
+    """``keep: fewest_wrong`` (fast): the step keeps the candidate with the fewest wrong target tokens, ties by loss,
+    even when another has a lower loss; ``keep: loss`` and the published strategy keep the lowest loss."""
+    from empriv.score.gcg import _LengthSearch, _Member, _Objective
+
+    objective = _Objective(tiny_gpt2().eval(), [5, 17, 42, 7, 11, 13, 2, 9], PassCount())  # the published check runs
+    cands = torch.tensor([[1, 1], [2, 2], [3, 3], [4, 4]])
+    losses = torch.tensor([0.2, 0.9, 0.5, 0.4])
+    wrong = torch.tensor([3, 1, 1, 2])
+    matches = wrong == 0
+
+    def kept(strategy, keep):
+        search = _LengthSearch(objective, ACRSearchParams(strategy=strategy, keep=keep, patience=None))
+        m = _Member(torch.tensor([0, 0]), 10, torch.Generator())
+        assert search._step(m, cands, losses, matches, strategy == "fast", wrong)  # no success: the search goes on
+        return m.prompt.tolist(), m.best_loss
+
+    assert kept("fast", "fewest_wrong") == ([3, 3], pytest.approx(0.5))  # 1 wrong twice: the lower loss of the two
+    assert kept("fast", "loss") == ([1, 1], pytest.approx(0.2))
+    assert kept("published", "fewest_wrong")[0] == [1, 1]
+
+
+def test_the_gradient_weighs_the_wrong_target_tokens():
+    """``gradients(prompts, w)``: the gradient of the mean of the target tokens' cross-entropies where each token the
+    prompt gets wrong (greedy, teacher forcing) weighs 1 + w, by hand from the model's logits; the loss it returns is
+    the plain mean, and w = 0 is the plain mean's gradient."""
+    import torch.nn.functional as F
+
+    from empriv.score.gcg import _Objective
+
+    model = tiny_gpt2(seed=4).eval()
+    prompts = torch.randint(0, 299, (3, 4), generator=torch.Generator().manual_seed(5))
+    target = []
+    with torch.no_grad():  # row 0's greedy continuation for 3 tokens (right there), then tokens it gets wrong
+        for _ in range(3):
+            target.append(int(model(torch.cat([prompts[0], torch.tensor(target, dtype=torch.long)])[None]).logits[0, -1].argmax()))
+    target += [(target[-1] + 7) % 300, (target[-1] + 11) % 300]
+    objective = _Objective(model, target, PassCount())
+    w = 20.0
+
+    def by_hand(weight):
+        one_hot = F.one_hot(prompts, 300).float().requires_grad_(True)
+        embed = model.get_input_embeddings().weight
+        x = torch.cat([one_hot @ embed, embed[torch.tensor(target)].expand(3, -1, -1)], 1)
+        logits = model(inputs_embeds=x).logits[:, 3 : 3 + len(target)]
+        ce = F.cross_entropy(logits.reshape(-1, 300), torch.tensor(target).repeat(3), reduction="none").view(3, -1)
+        wrong = (logits.argmax(-1) != torch.tensor(target)).float()
+        weights = 1.0 + weight * wrong
+        (grad,) = torch.autograd.grad(((ce * weights).sum(1) / weights.sum(1)).sum(), one_hot)
+        return grad, ce.mean(1).detach(), wrong
+
+    grad, loss, match = objective.gradients(prompts, w)
+    hand, hand_loss, wrong = by_hand(w)
+    assert 0 < wrong.sum() < wrong.numel()  # some tokens right, some wrong: the weights matter
+    assert torch.allclose(grad, hand, atol=1e-6) and torch.allclose(loss, hand_loss, atol=1e-6)
+    plain, plain_loss, _ = objective.gradients(prompts)
+    assert torch.allclose(plain, by_hand(0.0)[0], atol=1e-6) and torch.equal(plain_loss, loss)
+    assert not torch.allclose(plain, grad, atol=1e-4)
+    assert torch.equal(match, wrong.sum(1) == 0)
+    with pytest.raises(ValueError, match="wrong_weight"):
+        ACRSearchParams(wrong_weight=-1)

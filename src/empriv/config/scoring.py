@@ -45,6 +45,12 @@ class ACRSearchParams(_Section):
     # fast only: [steps, wrong] pairs — after that many steps at a length, the length is given up when no candidate
     # scored at it got fewer than that many target tokens wrong (greedy arg-max under teacher forcing; []: never)
     give_up: list[list[int]] = Field([[10, 4], [40, 2]])
+    # fast only: the candidate a GCG step keeps — "loss" (the lowest target loss, as published) or "fewest_wrong" (the
+    # fewest target tokens wrong under greedy teacher forcing, ties by loss: what a success needs)
+    keep: Literal["loss", "fewest_wrong"] = "fewest_wrong"
+    # fast only: in the loss whose gradient proposes the swaps, each target token the prompt gets wrong weighs
+    # 1 + wrong_weight against 1 for the others (0: the plain mean loss, as published); scores are always the mean loss
+    wrong_weight: float = Field(20.0, ge=0.0)
 
     @field_validator("give_up")
     @classmethod

@@ -44,8 +44,10 @@ Two strategies run this same search:
   seed's candidate reproduces the target (read off the candidate batch, no extra pass), warm starts from the best
   one-token deletions of the winning prompt, lengths abandoned after ``patience`` steps without a real improvement,
   the seeds raced at a length (half of them, those with the lowest loss, go on every ``race_steps`` steps), a length
-  given up after ``give_up_after`` steps when no candidate came within ``give_up_wrong`` wrong target tokens, an
-  exhaustive pass over the vocabulary at length 1, duplicate candidates scored once.
+  given up after ``steps`` steps of a ``give_up`` rung when no candidate came within its ``wrong`` target tokens,
+  the candidate with the fewest wrong target tokens kept at each step (``keep``), the gradient weighted toward the
+  target tokens still wrong (``wrong_weight``), an exhaustive pass over the vocabulary at length 1, duplicate
+  candidates scored once.
 
 Passes are counted (forward calls, backward calls, sequences scored) so costs can be compared.
 """

@@ -30,13 +30,21 @@ changes how a length is searched:
    arg-max under teacher forcing; a success has 0). On the default's memorised models every length that was won had
    come within 3 tokens after 10 steps and within 1 after 40, while about half of the lengths that failed for
    every seed were 4–11 tokens away after 10 (docs/scoring.md, "ACR cost");
-8. **length 1 is searched exhaustively** when the vocabulary is no larger than that length's GCG budget (seeds ×
+8. **the step aims at exact reproduction** (``keep``, ``wrong_weight``): a success needs every target token right
+   under greedy decoding, while GCG's mean loss can keep falling on tokens already right. Each step keeps the
+   candidate with the fewest wrong target tokens (ties by loss; the counts come with the candidate pass), and the
+   gradient that proposes the next swaps weighs each still-wrong target token 1 + ``wrong_weight`` against 1 (the
+   candidates are still scored, and the race and patience still read, the plain mean loss). On the default's
+   ε = ∞ model a 21-token secret that every search had come within one wrong token of at every length, but
+   reached only at 25 tokens when at all, gets 24-token prompts (benchmarks/acr.py, docs/timing.md);
+9. **length 1 is searched exhaustively** when the vocabulary is no larger than that length's GCG budget (seeds ×
    steps × swaps): every one-token prompt is scored, so a one-token prompt is found if one exists, and a failure
    there is exact;
-9. duplicate candidates (and the current prompt) are not scored again.
+10. duplicate candidates (and the current prompt) are not scored again.
 
 With one search seed (params.yaml's budget) the race never runs: such a search is the one without it; ``give_up``
-applies to one seed too, and params.yaml sets it to [] (its budget is searched as before).
+applies to one seed too, and params.yaml sets it to [], ``keep`` to ``loss`` and ``wrong_weight`` to 0 (its budget is
+searched as before).
 
 A success is always a prompt whose greedy continuation under teacher forcing is the target, checked on the model's
 own arg-maxes; a length that fails stays a failure, and the bound of a failed search follows from the longest

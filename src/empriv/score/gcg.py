@@ -65,9 +65,12 @@ class _Objective:
         """Mean cross-entropy of the target per row ([B, n, V] → [B]). Over [B·n, V] rows: the same values as
         the class-dimension-1 form on [B, V, n] up to float rounding (~1e-6), ~7× faster on the CPU (contiguous
         rows; the transposed layout made this the largest single cost of a tiny model's ACR search)."""
+        return self._token_losses(logits).mean(1)
+
+    def _token_losses(self, logits: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of each target token ([B, n, V] → [B, n])."""
         B, n, V = logits.shape
-        return F.cross_entropy(logits.reshape(B * n, V).float(), self.target.repeat(B),
-                               reduction="none").view(B, n).mean(1)
+        return F.cross_entropy(logits.reshape(B * n, V).float(), self.target.repeat(B), reduction="none").view(B, n)
 
     def evaluate(self, prompts: torch.Tensor, batch: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss [B], exact greedy match [B]) of prompts [B, L]."""
@@ -90,20 +93,30 @@ class _Objective:
             wrong.append((logits.argmax(-1) != self.target).sum(1))
         return torch.cat(losses), torch.cat(wrong)
 
-    def gradients(self, prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def gradients(self, prompts: torch.Tensor, wrong_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(∂loss/∂one-hot [B, L, V], loss [B], exact match [B]) at prompts [B, L]: one forward and one
-        backward call for the whole batch (rows do not interact, so each row's gradient is its own)."""
+        backward call for the whole batch (rows do not interact, so each row's gradient is its own).
+
+        With ``wrong_weight`` w > 0 the gradient is that of a weighted mean of the target tokens' cross-entropies,
+        where a token the prompt gets wrong (greedy arg-max under teacher forcing) weighs 1 + w and the others 1; the
+        loss returned is the plain mean either way."""
         B, L = prompts.shape
         one_hot = F.one_hot(prompts, self.embed.shape[0]).to(self.embed.dtype).requires_grad_(True)
         x = torch.cat([one_hot @ self.embed, self.embed[self.target].detach().expand(B, -1, -1)], dim=1)
         logits = self._target_logits(L, inputs_embeds=x)
-        losses = self._losses(logits)
-        (grad,) = torch.autograd.grad(losses.sum(), one_hot)
+        hits = logits.detach().argmax(-1) == self.target
+        if wrong_weight:
+            per_token = self._token_losses(logits)
+            weights = 1.0 + wrong_weight * (~hits).to(per_token.dtype)
+            losses = per_token.mean(1)
+            (grad,) = torch.autograd.grad(((per_token * weights).sum(1) / weights.sum(1)).sum(), one_hot)
+        else:
+            losses = self._losses(logits)
+            (grad,) = torch.autograd.grad(losses.sum(), one_hot)
         self.counts.forward_calls += 1
         self.counts.backward_calls += 1
         self.counts.sequences += B
-        matches = (logits.detach().argmax(-1) == self.target).all(1)
-        return grad, losses.detach(), matches
+        return grad, losses.detach(), hits.all(1)
 
 def _accepts_logits_to_keep(model) -> bool:
     import inspect
@@ -169,7 +182,8 @@ class _LengthSearch:
             if m.steps <= 0:
                 m.result = (False, m.prompt, math.inf)
         while active:
-            grads, glosses, gmatches = self.obj.gradients(torch.stack([m.prompt for m in active]))
+            grads, glosses, gmatches = self.obj.gradients(torch.stack([m.prompt for m in active]),
+                                                          self.s.wrong_weight if fast else 0.0)
             batch: list[tuple[_Member, torch.Tensor]] = []
             for j, m in enumerate(active):
                 if bool(gmatches[j]):  # the current prompt already works (a warm start)
@@ -192,7 +206,7 @@ class _LengthSearch:
                 start += cands.shape[0]
                 fewest = int(wrong[sl].min())
                 m.fewest_wrong = fewest if m.fewest_wrong is None else min(m.fewest_wrong, fewest)
-                if self._step(m, cands, losses[sl], matches[sl], fast):
+                if self._step(m, cands, losses[sl], matches[sl], fast, wrong[sl]):
                     still.append(m)
             active = still
             if active and active[0].step in give_up and \
@@ -220,13 +234,18 @@ class _LengthSearch:
                 m.result = (False, m.best_prompt, m.best_loss)
         return [m for j, m in enumerate(active) if j in ranked]
 
-    def _step(self, m: _Member, cands, losses, matches, fast: bool) -> bool:
-        """Apply one GCG step's candidate scores to ``m``; False once its search at this length is over."""
+    def _step(self, m: _Member, cands, losses, matches, fast: bool, wrong=None) -> bool:
+        """Apply one GCG step's candidate scores to ``m``; False once its search at this length is over. The
+        prompt kept is the candidate with the lowest loss, or (fast, ``keep: fewest_wrong``) the one with the fewest
+        wrong target tokens, ties by loss."""
         if fast and bool(matches.any()):  # success read off the batch itself
             i = int(torch.where(matches, losses, torch.full_like(losses, math.inf)).argmin())
             m.result = (True, cands[i], float(losses[i]))
             return False
-        i = int(losses.argmin())
+        if fast and self.s.keep == "fewest_wrong" and wrong is not None:
+            i = int(torch.where(wrong == wrong.min(), losses, torch.full_like(losses, math.inf)).argmin())
+        else:
+            i = int(losses.argmin())
         m.prompt = cands[i]  # GCG keeps the batch's best even when it is worse than the current prompt
         if not fast:  # published: a separate pass checks the kept prompt
             l1, m1 = self.obj.evaluate(m.prompt.unsqueeze(0))
