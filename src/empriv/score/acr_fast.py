@@ -34,9 +34,10 @@ changes how a length is searched:
    under greedy decoding, while GCG's mean loss can keep falling on tokens already right. Each step keeps the
    candidate with the fewest wrong target tokens (ties by loss; the counts come with the candidate pass), and the
    gradient that proposes the next swaps weighs each still-wrong target token 1 + ``wrong_weight`` against 1 (the
-   candidates are still scored, and the race and patience still read, the plain mean loss). On the default's
-   ε = ∞ model a 21-token secret that every search had come within one wrong token of at every length, but
-   reached only at 25 tokens when at all, gets 24-token prompts (benchmarks/acr.py, docs/timing.md);
+   candidates are still scored, and the race and patience still read, the plain mean loss). Either rule alone
+   lost prompts in the benchmark; together, on the default's ε = ∞ model, a 21-token secret whose searches sat one
+   token wrong from length 15 to 25 gets 24-token prompts in 2 of 3 draws (the published procedure: 25 in 2 of 3;
+   benchmarks/acr.py, docs/scoring.md "ACR cost");
 9. **length 1 is searched exhaustively** when the vocabulary is no larger than that length's GCG budget (seeds ×
    steps × swaps): every one-token prompt is scored, so a one-token prompt is found if one exists, and a failure
    there is exact;
