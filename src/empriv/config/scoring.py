@@ -41,7 +41,7 @@ class ACRSearchParams(_Section):
     fast_candidates: int | None = Field(64, ge=1)  # fast only: swaps per seed per step (null: candidates)
     # fast only, several seeds: every race_steps steps at a length, the half of the seeds still searching it with the
     # lowest loss so far (rounded up) go on, the others stop there (successive halving; null: every seed searches on)
-    race_steps: int | None = Field(40, ge=1)
+    race_steps: int | None = Field(30, ge=1)
     # fast only: [steps, wrong] pairs — after that many steps at a length, the length is given up when no candidate
     # scored at it got fewer than that many target tokens wrong (greedy arg-max under teacher forcing; []: never)
     give_up: list[list[int]] = Field([[10, 4], [40, 2]])
