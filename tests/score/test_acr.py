@@ -497,3 +497,41 @@ def test_the_gradient_weighs_the_wrong_target_tokens():
     assert torch.equal(match, wrong.sum(1) == 0)
     with pytest.raises(ValueError, match="wrong_weight"):
         ACRSearchParams(wrong_weight=-1)
+
+
+@pytest.fixture(scope="module")
+def two_offsets(tok):
+    """A model that saw the secret only after 5 or 7 random tokens (behind the begin-of-text token): a prompt of 6
+    or 8 tokens puts the secret where it was learnt, 7 does not — success is not monotone in the prompt length."""
+    from tiny_models import train_on_sequences
+
+    model = _fresh(tok)
+    target = tok.encode(SECRET)
+    g = torch.Generator().manual_seed(0)
+    train_on_sequences(model, [torch.randint(0, tok.vocab_size, ((5, 7)[i % 2],), generator=g).tolist() + target
+                               for i in range(16)], tok.eos_id, 200)
+    return model
+
+
+def test_skip_walks_down_past_a_failed_length(two_offsets, tok):
+    """``skip`` k: after the first success the walk down to shorter prompts ends at its (k + 1)-th failure in a row.
+    On a model whose prompts work at 6 and 8 tokens but not at 7, the MiniPrompt rule (k = 0, and the published
+    strategy, which ignores k) stops at 8; k = 1 goes on past 7 and finds 6, a prompt that reproduces the secret."""
+    target = tok.encode(SECRET)
+    s = {**QUICK, "start_length": 8}
+    runs = {k: adversarial_compression_ratio(two_offsets, target, ACRSearchParams(**s, skip=k), key="secret-00")
+            for k in (0, 1, 2)}
+    assert runs[0].prompt_tokens == 8 and runs[0].per_seed[0]["lengths_tried"] == ["8+", "7-"]
+    assert runs[1].prompt_tokens == 6 and runs[1].acr == pytest.approx(len(target) / 6)
+    lengths = runs[1].per_seed[0]["lengths_tried"]
+    assert lengths[:3] == ["8+", "7-", "6+"] and lengths[-2:] == ["5-", "4-"]  # two failures in a row end it
+    assert runs[2].per_seed[0]["lengths_tried"][-3:] == ["5-", "4-", "3-"]
+    assert runs[0].counts.sequences < runs[1].counts.sequences < runs[2].counts.sequences
+    published = [adversarial_compression_ratio(two_offsets, target, ACRSearchParams(**{**s, "steps": 10},
+                                                                                   strategy="published", skip=k), key="k").record()
+                 for k in (0, 2)]
+    for r in published:
+        r.pop("acr_wall_time_s")
+    assert published[0] == published[1]
+    with pytest.raises(ValueError, match="skip"):
+        ACRSearchParams(skip=-1)

@@ -51,6 +51,9 @@ class ACRSearchParams(_Section):
     # fast only: in the loss whose gradient proposes the swaps, each target token the prompt gets wrong weighs
     # 1 + wrong_weight against 1 for the others (0: the plain mean loss, as published); scores are always the mean loss
     wrong_weight: float = Field(20.0, ge=0.0)
+    # fast only: after the first success, the walk down to shorter prompts ends at its (skip + 1)-th failure in a row
+    # (0: MiniPrompt's rule, as published — the first failure below a success ends the search)
+    skip: int = Field(1, ge=0)
 
     @field_validator("give_up")
     @classmethod

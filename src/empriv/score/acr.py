@@ -46,7 +46,8 @@ Two strategies run this same search:
   the seeds raced at a length (half of them, those with the lowest loss, go on every ``race_steps`` steps), a length
   given up after ``steps`` steps of a ``give_up`` rung when no candidate came within its ``wrong`` target tokens,
   the candidate with the fewest wrong target tokens kept at each step (``keep``), the gradient weighted toward the
-  target tokens still wrong (``wrong_weight``), an exhaustive pass over the vocabulary at length 1, duplicate
+  target tokens still wrong (``wrong_weight``), a walk down to shorter prompts that goes on past ``skip`` failures in
+  a row (GCG's success is not monotone in the length), an exhaustive pass over the vocabulary at length 1, duplicate
   candidates scored once.
 
 Passes are counted (forward calls, backward calls, sequences scored) so costs can be compared.

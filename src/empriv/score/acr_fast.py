@@ -38,14 +38,22 @@ changes how a length is searched:
    lost prompts in the benchmark; together, on the default's ε = ∞ model, a 21-token secret whose searches sat one
    token wrong from length 15 to 25 gets 24-token prompts in 2 of 3 draws (the published procedure: 25 in 2 of 3;
    benchmarks/acr.py, docs/scoring.md "ACR cost");
-9. **length 1 is searched exhaustively** when the vocabulary is no larger than that length's GCG budget (seeds ×
+9. **the walk down goes on past a failure** (``skip``): MiniPrompt ends the walk down at the first failure below a
+   success, reading it as ruling out every shorter length. GCG's success is not monotone in the prompt length,
+   though: on the default's ε = 64 model, cold searches of a 22-token secret (4 random starts, 240 steps each)
+   reproduced it at 12 tokens in 4 of 4, at 11 in none, at 10 in 2, at 9 in 4, at 8 in 1, at 7 in 3 and at 6 and 5 in
+   none (``benchmarks/acr_lengths.py``). With ``skip`` k the walk down ends at its (k + 1)-th failure in a row instead:
+   after a failure at L below a success the seeds search L − 1, each from its own best prompt at L with its best
+   one-token deletion. Lengths that failed before the first success are searched again when the walk reaches them
+   (from these warm starts). A search that never succeeds is unchanged, and so is its bound;
+10. **length 1 is searched exhaustively** when the vocabulary is no larger than that length's GCG budget (seeds ×
    steps × swaps): every one-token prompt is scored, so a one-token prompt is found if one exists, and a failure
    there is exact;
-10. duplicate candidates (and the current prompt) are not scored again.
+11. duplicate candidates (and the current prompt) are not scored again.
 
 With one search seed (params.yaml's budget) the race never runs: such a search is the one without it; ``give_up``
-applies to one seed too, and params.yaml sets it to [], ``keep`` to ``loss`` and ``wrong_weight`` to 0 (its budget is
-searched as before).
+applies to one seed too, and params.yaml sets it to [], ``keep`` to ``loss``, ``wrong_weight`` to 0 and ``skip`` to 0
+(its budget is searched as before).
 
 A success is always a prompt whose greedy continuation under teacher forcing is the target, checked on the model's
 own arg-maxes; a length that fails stays a failure, and the bound of a failed search follows from the longest
@@ -83,6 +91,12 @@ def _exhaustive_first_token(obj: _Objective) -> tuple[bool, torch.Tensor, float]
     return bool(matches[i]), prompts[i], float(losses[i])
 
 
+def _skip_starts(obj: _Objective, bests: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+    """The starts of the length after a failure below a success: each seed's best prompt at the failed length with
+    its best one-token deletion (one scoring pass per seed)."""
+    return {seed: _deletions(obj, prompt, 1)[0].clone() for seed, prompt in bests.items()}
+
+
 def search_population(obj: _Objective, s: ACRSearchParams, key: str, search: _LengthSearch) -> list[dict]:
     """The fast strategy's search: one length schedule, the seeds as its population; a record per seed."""
     seeds = list(s.seeds)
@@ -94,6 +108,7 @@ def search_population(obj: _Objective, s: ACRSearchParams, key: str, search: _Le
     starts = {seed: _random_prompt(n, vocab, gens[seed], obj.device) for seed in seeds}
     tried: list[tuple[int, bool]] = []
     found: dict[int, int] = {}  # seed → shortest length it won
+    misses = 0  # failures in a row since the last success
     while True:
         obj.check_length(n)
         if n == 1 and vocab <= len(seeds) * steps * swaps:
@@ -113,10 +128,17 @@ def search_population(obj: _Objective, s: ACRSearchParams, key: str, search: _Le
         if ok:
             found.setdefault(winner, n)
             found[winner] = min(found[winner], n)
-            running_max, new_n = n, n - 1
+            running_max, new_n, misses = n, n - 1, 0
+            if s.skip:  # the walk down ends on failures in a row only, not at an earlier failure's length
+                running_min = 0
             if new_n >= 1 and new_n > running_min:
                 warm = _deletions(obj, prompt, len(seeds))
                 starts = {seed: warm[j % len(warm)].clone() for j, seed in enumerate(seeds)}
+        elif found and misses < s.skip and n > 1:  # a failure below a success: on to one token shorter
+            misses, new_n = misses + 1, n - 1
+            starts = _skip_starts(obj, bests)
+        elif found:  # the walk down's last failure: done
+            break
         else:
             running_min, new_n = n, n + s.grow
             steps = int(steps * s.step_growth)
