@@ -166,7 +166,7 @@ def _target(s: dict, tok) -> list[int]:
     return acr_target_ids(s, tok)
 
 
-FAST_ONLY = ("patience", "patience_tolerance", "fast_candidates", "race_steps", "give_up", "keep", "wrong_weight", "skip")  # knobs the published procedure ignores
+FAST_ONLY = ("patience", "patience_tolerance", "fast_candidates", "fast_top_k", "race_steps", "give_up", "keep", "wrong_weight", "skip")  # knobs the published procedure ignores
 
 
 def _settings_values(data: dict, label: str) -> dict:

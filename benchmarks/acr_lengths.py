@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     target = bench._target(secrets[0], tok)
     settings = ACRSearchParams(steps=args.steps, seeds=[0], patience=None, give_up=[])  # the fast step's defaults
     print(f"{name} {args.secret} ({len(target)} target tokens): {args.starts} cold searches per length, "
-          f"{args.steps} steps, {settings.fast_candidates} swaps a step, keep={settings.keep}, "
+          f"{args.steps} steps, {settings.fast_candidates} swaps a step from the top {settings.fast_top_k}, keep={settings.keep}, "
           f"wrong_weight={settings.wrong_weight}")
     print(f"{'length':>6}  {'won':>5}  {'steps of the wins':<24} {'fewest wrong (fails)':<22} {'sequences':>9}  {'s':>5}")
     rows = []

@@ -295,6 +295,7 @@ def test_acr_search_settings_come_from_acr_params_only():
     assert type(settings_from_params(defaults)) is ACRSearchParams
     changed = {"top_k": 7, "candidates": 9, "steps": 11, "step_growth": 1.5, "start_length": 2, "grow": 3, "max_length": 9,
                "seeds": [4, 5], "strategy": "published", "patience": 6, "patience_tolerance": 0.1, "fast_candidates": 5,
+               "fast_top_k": 13,
                "race_steps": 3, "give_up": [[7, 2]], "keep": "loss", "wrong_weight": 2.5,
                "skip": 3}
     assert set(changed) == set(SEARCH_FIELDS)

@@ -229,6 +229,31 @@ def test_fast_seeds_share_model_calls(tok):
     assert published.counts.backward_calls == 2 * both.counts.backward_calls  # published: every seed on its own
 
 
+def test_fast_top_k_narrows_the_swaps_and_the_published_strategy_ignores_it(tok):
+    """fast_top_k (fast only) is the number of tokens per position a swap draws from: with 1, a step has at most one
+    candidate per prompt position; with null the fast strategy draws from top_k, as the published one always does."""
+    model = _fresh(tok, seed=1)
+    target = tok.encode(SHORT)
+    s = {**QUICK, "max_length": 6, "steps": 6, "patience": None, "seeds": [0], "race_steps": None, "give_up": []}
+
+    def record(**knobs):
+        r = adversarial_compression_ratio(model, target, ACRSearchParams(**{**s, **knobs}), key="k").record()
+        r.pop("acr_wall_time_s")
+        return r
+
+    narrow = record(fast_top_k=1)
+    assert narrow["acr_per_seed"][0]["lengths_tried"] == ["5-"]
+    # each step: one gradient row and at most one swap per position of the 5-token prompt (duplicates scored once)
+    assert narrow["acr_backward_calls"] == 6 and narrow["acr_sequences"] <= 6 * (1 + 5)
+    wide = record(fast_top_k=None)  # top_k 64: the 64 swaps of a step are mostly distinct
+    assert wide["acr_sequences"] > 6 * (1 + 40)
+    assert record(fast_top_k=64, top_k=1) == wide  # fast_top_k replaces top_k in the fast strategy
+    pub = [record(strategy="published", steps=3, fast_top_k=k) for k in (1, None)]
+    assert pub[0] == pub[1] and pub[0]["acr_sequences"] == 3 * (1 + 64 + 1)  # gradient, candidates 64, the kept check
+    with pytest.raises(ValueError, match="fast_top_k"):
+        ACRSearchParams(fast_top_k=0)
+
+
 def test_acr_of_secrets_records_a_failure_as_censored(tok):
     model = _fresh(tok, seed=1)
     out = acr_of_secrets(model, tok, [{"id": "s", "text": SHORT}], ACRSearchParams(**{**QUICK, "max_length": 16, "steps": 5}),

@@ -40,15 +40,15 @@ Two strategies run this same search:
   forward pass per step to check the kept prompt for success, every seed searched from scratch,
   a fixed number of steps per length.
 - ``fast`` (the default) — the seeds search as one population (:mod:`empriv.score.acr_fast`): one shared length
-  schedule, the seeds' GCG steps batched together with ``fast_candidates`` swaps each, a length won the moment any
-  seed's candidate reproduces the target (read off the candidate batch, no extra pass), warm starts from the best
-  one-token deletions of the winning prompt, lengths abandoned after ``patience`` steps without a real improvement,
-  the seeds raced at a length (half of them, those with the lowest loss, go on every ``race_steps`` steps), a length
-  given up after ``steps`` steps of a ``give_up`` rung when no candidate came within its ``wrong`` target tokens,
-  the candidate with the fewest wrong target tokens kept at each step (``keep``), the gradient weighted toward the
-  target tokens still wrong (``wrong_weight``), a walk down to shorter prompts that goes on past ``skip`` failures in
-  a row (GCG's success is not monotone in the length), an exhaustive pass over the vocabulary at length 1, duplicate
-  candidates scored once.
+  schedule, the seeds' GCG steps batched together with ``fast_candidates`` swaps each (drawn from the ``fast_top_k``
+  best tokens of their position), a length won the moment any seed's candidate reproduces the target (read off the
+  candidate batch, no extra pass), warm starts from the best one-token deletions of the winning prompt, lengths
+  abandoned after ``patience`` steps without a real improvement, the seeds raced at a length (half of them, those with
+  the lowest loss, go on every ``race_steps`` steps), a length given up after ``steps`` steps of a ``give_up`` rung
+  when no candidate came within its ``wrong`` target tokens, the candidate with the fewest wrong target tokens kept at
+  each step (``keep``), the gradient weighted toward the target tokens still wrong (``wrong_weight``), a walk down to
+  shorter prompts that goes on past ``skip`` failures in a row (GCG's success is not monotone in the length), an
+  exhaustive pass over the vocabulary at length 1, duplicate candidates scored once.
 
 Passes are counted (forward calls, backward calls, sequences scored) so costs can be compared.
 """

@@ -177,6 +177,7 @@ class _LengthSearch:
         k steps (unsuccessful) when no candidate any member scored so far got fewer than w target tokens wrong."""
         give_up = dict(give_up)
         fast = self.s.strategy == "fast"
+        top_k = (self.s.fast_top_k or self.s.top_k) if fast else self.s.top_k
         active = [m for m in members if m.steps > 0]
         for m in members:
             if m.steps <= 0:
@@ -191,7 +192,7 @@ class _LengthSearch:
                     continue
                 if m.best_prompt is None:  # the start prompt; later this prompt is the last kept candidate
                     m.best_prompt, m.best_loss, m.loss_at_reset = m.prompt.clone(), float(glosses[j]), float(glosses[j])
-                cands = _candidates(m.prompt, grads[j], self.s.top_k, m.candidates or self.s.candidates, m.gen, dedupe=fast)
+                cands = _candidates(m.prompt, grads[j], top_k, m.candidates or self.s.candidates, m.gen, dedupe=fast)
                 if cands.shape[0] == 0:
                     m.result = (False, m.best_prompt, m.best_loss)
                     continue
