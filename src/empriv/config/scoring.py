@@ -38,7 +38,7 @@ class ACRSearchParams(_Section):
     seeds: list[int] = Field([0, 1, 2], min_length=1)
     patience: int | None = Field(40, ge=1)  # fast only: steps without a real improvement before a length is given up
     patience_tolerance: float = Field(0.02, ge=0.0, lt=1.0)  # fast only: the relative improvement that resets patience
-    fast_candidates: int | None = Field(64, ge=1)  # fast only: swaps per seed per step (null: candidates)
+    fast_candidates: int | None = Field(48, ge=1)  # fast only: swaps per seed per step (null: candidates)
     # fast only: the tokens of a position a swap draws from, those with the most negative gradient (null: top_k)
     fast_top_k: int | None = Field(64, ge=1)
     # fast only, several seeds: every race_steps steps at a length, the half of the seeds still searching it with the

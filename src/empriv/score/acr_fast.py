@@ -12,11 +12,12 @@ changes how a length is searched:
    the others' (one gradient call for the seeds' prompts, one forward call for all their candidates). A length is
    a success the moment any seed's candidate reproduces the target, and the other seeds stop there: a prompt of
    that length is known, so their search could not raise ACR. A length fails when every seed has given up on it;
-2. **``fast_candidates`` swaps per seed and step** (default 64 where the published budget has 100; 32 lost a
-   3-token prompt the published procedure finds, benchmarks/acr.py): smaller batches, more steps; each swap draws
-   its token from the ``fast_top_k`` tokens of its position with the most negative gradient (default 64 where the
-   published budget has 250: on the default's 2,048-token vocabulary the published top 250 is an eighth of it, and
-   the narrower draw reaches the same prompts in fewer sequences, benchmarks/acr.py);
+2. **``fast_candidates`` swaps per seed and step, narrower**: each swap draws its token from the ``fast_top_k``
+   tokens of its position with the most negative gradient (default 64 where the published budget has 250: on the
+   default's 2,048-token vocabulary the published top 250 is an eighth of it), and a seed scores ``fast_candidates``
+   swaps a step (default 48 where the published budget has 100): smaller batches of better swaps, more steps. With
+   the draw from 250, 48 swaps lost a 25-token prompt and 32 a 3-token one that the published procedure finds; from
+   64, 48 keeps both (benchmarks/acr.py, docs/scoring.md "ACR cost");
 3. **success read off the candidate batch** (every candidate's arg-maxes come with its loss): no extra pass per
    step;
 4. **warm starts**: after a success at L, the L prompts with one token deleted are scored in one pass; the seeds
