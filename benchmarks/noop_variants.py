@@ -204,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     venv_bin = ws / ".venv" / "bin"
     env = _env(venv_bin)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if args.tmp is not None and not args.reuse:
+        args.tmp.mkdir(parents=True, exist_ok=True)
     tmp = args.reuse.resolve() if args.reuse else Path(tempfile.mkdtemp(prefix="noop-variants-", dir=args.tmp))
     try:
         cache = tmp / "cache"
