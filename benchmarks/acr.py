@@ -22,7 +22,9 @@ changes). For every secret both searches run on the same model; the script print
 Then the totals, their ratios published / fast (sequences first) and how many secrets reach the same ACR (a
 failed search has no ACR: it is shown as "<=bound", two failures count as equal and a success beats a failure).
 The JSON (``--json``) holds the rows (``sequences_*``, ``passes_*``, ``seconds_*`` per secret), the totals and
-``ratio_sequences`` (primary), ``ratio_passes`` and ``ratio_seconds``.
+``ratio_sequences`` (primary), ``ratio_passes`` and ``ratio_seconds``. Each row also keeps, per seed, the prompt
+lengths its search tried in order with their outcome (``lengths_*``: ``12+`` found a prompt of 12 tokens, ``11-``
+found none at 11); ``--trace`` prints them under the row.
 
 Models: by default the pipeline's non-private fine-tune with the most compute (``models/runs/
 epsinf-…-s0``) and the base model, on ``data/secrets_filtered.jsonl`` (run ``make repro`` first).
@@ -202,7 +204,7 @@ def _reused(paths: list[str], settings, label: str) -> dict:
     return out
 
 
-_KEYS = ("acr", "success", "bound", "passes", "sequences", "seconds", "cpu_seconds", "prompt")
+_KEYS = ("acr", "success", "bound", "passes", "sequences", "seconds", "cpu_seconds", "prompt", "lengths")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replicates", type=int, default=1, help="search every (model, secret) this many times with "
                     "independent random streams (odd; draw i > 0 is keyed by the secret id + '#i') and judge the ACR "
                     "on each strategy's median draw")
+    ap.add_argument("--trace", action="store_true", help="after each row, the prompt lengths each seed's search "
+                    "tried, in order, with their outcome (12+: a prompt of 12 tokens reproduced the secret; 11-: none "
+                    "found at 11); also kept in --json as lengths_<strategy>")
     ap.add_argument("--json", help="also write the results to this file (rewritten after every row)")
     args = ap.parse_args(argv)
     if args.replicates < 1 or args.replicates % 2 == 0:
@@ -288,12 +293,17 @@ def main(argv: list[str] | None = None) -> int:
                 row.update({f"acr_{label}": r.acr, f"success_{label}": r.success, f"bound_{label}": r.upper_bound,
                             f"passes_{label}": r.counts.passes, f"sequences_{label}": r.counts.sequences,
                             f"seconds_{label}": time.perf_counter() - t0, f"cpu_seconds_{label}": time.process_time() - c0,
-                            f"prompt_{label}": [x["prompt_tokens"] for x in r.per_seed]})
+                            f"prompt_{label}": [x["prompt_tokens"] for x in r.per_seed],
+                            f"lengths_{label}": [x["lengths_tried"] for x in r.per_seed]})
             if args.no_search and not any(k.startswith("success_") for k in row):
                 continue
             rows.append(row)
             dump()
             print(_line(row), flush=True)
+            if args.trace:
+                for label in ("published", "fast"):
+                    for seed, tried in enumerate(row.get(f"lengths_{label}") or []):
+                        print(f"    {label:<9} seed {seed}: lengths tried {' '.join(tried)}", flush=True)
     return _summary(rows, args, dump)
 
 
