@@ -30,7 +30,9 @@ def test_passes():
 
 def _run(tmp_path: Path, ci: str | None) -> subprocess.CompletedProcess:
     (tmp_path / "test_cases.py").write_text(CASES)
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    # the inner run's summary is parsed: options the outer run was given through PYTEST_ADDOPTS (e.g. --durations)
+    # would change it
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
     if ci is not None:
         env["CI"] = ci
     env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
