@@ -27,7 +27,9 @@ records). Records are 33–64 tokens (random lengths, right-padded to 64). Print
 step), on two clocks: the process' CPU time (what to compare on a shared, loaded machine) and wall time; the ratios
 to the non-private step (issue 30's goal for empriv's step: ≤ 1.10 for full, ≤ 1.05 for LoRA), the fast step's
 ratio to the trimmed non-private step, and its ratio to opacus stock and ghost; then, for the tiny GPT-2, whether
-the goal is met on the CPU clock by both the training loop's step and the fast step alone.
+the goal is met on the CPU clock by both the training loop's step and the fast step alone. The allocator is set as
+the stage processes set it (``--malloc tuned``, :mod:`empriv.infra.allocator`); ``--malloc default`` keeps glibc's
+defaults, under which every side faults its large tensors in again each step (the runs before 2026-11-28).
 """
 
 from __future__ import annotations
@@ -246,7 +248,16 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--smollm", action="store_true", help="also SmolLM2-135M (LoRA; slow on a CPU)")
+    parser.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
+                        help="glibc's allocator as the stage processes set it (tuned, empriv.infra.allocator) or "
+                        "glibc's defaults (every side's large tensors faulted in again each step)")
     args = parser.parse_args(argv)
+    import os
+
+    from empriv.infra.allocator import ENV, tune_malloc
+
+    os.environ[ENV] = args.malloc
+    allocator = tune_malloc()
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(args.threads)
@@ -255,7 +266,7 @@ def main(argv=None) -> int:
         cases.append(("smollm2-135m", smollm2, "lora", 8, 8))
     print(f"torch threads {args.threads}; records of 33-64 tokens padded to {SEQ_LEN}, q = 1; median s/step over "
           f"{args.repeats} runs of {args.steps} steps (interleaved, after a warm-up run; each run's first step "
-          f"untimed); clock cpu = the process' CPU time, wall = elapsed time")
+          f"untimed); clock cpu = the process' CPU time, wall = elapsed time; allocator: {allocator}")
     verdicts = []
     print(f"{'model':13} {'method':6} {'clock':5} {'batch':>5} {'non-priv':>8} {'np-trim':>7} {'empriv':>7} "
           f"{'fast':>7} {'opacus':>7} {'ghost':>7} {'empriv/np':>9} {'fast/np':>7} {'fast/np-trim':>12} "

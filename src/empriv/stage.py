@@ -96,9 +96,12 @@ def run_stage(main: Callable[[Params], None], params_path: str | Path = "params.
     a bug and keeps its traceback."""
     import time
 
+    from empriv.infra.allocator import tune_malloc
+
     started = time.time()
     setup_logging()
     try:
+        tune_malloc()  # large tensors stay in the heap between steps (same results; docs/timing.md, "The allocator")
         params = load_params(params_path)
         main(params)
         record_cost(started, stage=stage)
