@@ -465,3 +465,16 @@ def test_a_train_stage_in_a_worker_is_bit_identical_to_a_plain_run(full, tmp_pat
     assert outputs["warm"][0] == outputs["plain"][0]
     (plain_metrics,), (warm_metrics,) = outputs["plain"][1].values(), outputs["warm"][1].values()
     assert {k: v for k, v in warm_metrics.items() if v != plain_metrics.get(k)} == {}
+
+
+def test_the_cpu_kernels_torch_picks_at_import_are_part_of_the_server_key():
+    """ATEN_CPU_CAPABILITY (and oneDNN's ISA cap) choose torch's kernels when it is imported, i.e. in the server: a
+    client that sets them must not be served by a server that imported torch without them (other float results)."""
+    from empriv.infra.warm_key import server_key
+
+    base = {"PATH": "/usr/bin"}
+    keys = {server_key(base), server_key({**base, "ATEN_CPU_CAPABILITY": "default"}),
+            server_key({**base, "ATEN_CPU_CAPABILITY": "avx2"}), server_key({**base, "ONEDNN_MAX_CPU_ISA": "AVX2"}),
+            server_key({**base, "DNNL_MAX_CPU_ISA": "AVX2"})}
+    assert len(keys) == 5
+    assert server_key({**base, "UNRELATED": "1"}) == server_key(base)

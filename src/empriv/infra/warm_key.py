@@ -39,7 +39,7 @@ PRELOAD = (
 KEY_ENV_PREFIXES = ("PYTHON", "LC_", "LANG", "HOME", "TMPDIR", "TEMP", "TMP", "XDG_", "OMP_", "MKL_", "OPENBLAS_",
                     "GOTO", "KMP_", "GOMP_", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "HF_", "HUGGINGFACE",
                     "TRANSFORMERS", "TOKENIZERS", "SAFETENSORS", "NUMPY", "SCIPY", "LD_", "MALLOC", "OPACUS",
-                    "PEFT", "TQDM", "DP_")
+                    "PEFT", "TQDM", "DP_", "ATEN_", "DNNL_", "ONEDNN_")
 
 
 def preload_modules(environ=None) -> tuple[str, ...]:
