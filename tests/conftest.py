@@ -72,3 +72,27 @@ def gpt2_tokenizer():
 @pytest.fixture
 def make_tiny_gpt2():
     return tiny_gpt2
+
+
+@pytest.fixture(scope="session")
+def tiny_pipeline(tmp_path_factory):
+    """tests/test_pipeline.py's tiny default (``TINY``: tiny-gpt2, its BPE, a 4-run cube and a 2-run audit cube) in a
+    scratch copy of the repository, `dvc repro` run once, built once per session: ``(work, env, proc, pristine)``.
+    tests/test_pipeline.py's tests work in ``work`` itself and change it (as they did when the module built it);
+    ``pristine`` is a copy taken right after the run, which other modules copy again (``test_pipeline.copy_repo``)
+    and never change. (``work`` stays where DVC built it: DVC removes the outputs a `dvc exp apply` drops only
+    where it recorded checking them out, which a copied repository does not have.)"""
+    from test_pipeline import TINY, copy_repo, make_repo
+
+    tmp = tmp_path_factory.mktemp("tiny-pipeline")
+    work, env, proc = make_repo(tmp, TINY)
+    return work, env, proc, copy_repo(work, tmp / "pristine")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop the warm servers of the scratch repositories (tests/test_pipeline.py's ``shared_warm_dir``), if any."""
+    import sys
+
+    pipeline = sys.modules.get("test_pipeline")
+    if pipeline is not None and pipeline._SHARED_WARM:
+        pipeline.stop_warm_servers(pipeline._SHARED_WARM[0], remove=True)

@@ -1,21 +1,24 @@
 """empriv diff on real training: the same tiny cube on "another machine" has no changed metric; a much larger
 learning rate is found as changed.
 
-One real pipeline (tests/test_pipeline.py's make_repo: a copy of the repository, `dvc repro`) on a cube of 2 runs
-(ε = 8, seeds 0 and 1: the seed standard error needs two seeds) and 1 audit run, each result committed; `empriv diff`
-compares the commits. Another machine: the model stages again (those reading ``runtime.threads``: train, score,
-audit) at ``runtime.threads`` 2 instead of 1 and with torch's portable CPU kernels instead of the vectorised ones
-(``ATEN_CPU_CAPABILITY=default``; stage processes started fresh, ``EMPRIV_WARM=0``, so torch reads it). On this
-model the thread count alone changes no bit (its matrices are too small for torch to split them), the kernels do
-(measured: the exposure gaps and continuation NLLs move, test NLL does not): the test checks that exact values in
-records/ differ."""
+One real pipeline (a copy of the session's ``tiny_pipeline``, tests/test_pipeline.py's tiny default built by
+make_repo, whose data, tokenizer, base, canaries and ε = 8 training runs this cube shares; then `dvc repro` with this
+module's params) on a cube of 2 runs (ε = 8, seeds 0 and 1: the seed standard error needs two seeds) and 1 audit run,
+each result committed; `empriv diff` compares the commits. Another machine: the model stages again (those reading
+``runtime.threads``: base, record scores, canaries, train, score, audit) at ``runtime.threads`` 2 instead of 1 and
+with torch's portable CPU kernels instead of the vectorised ones (``ATEN_CPU_CAPABILITY=default``, read by torch in
+the process that imports it: the stages run in a warm server of their own, started with that environment, in its
+own ``EMPRIV_WARM_DIR``, since the variable is not part of the warm server's key). On this model the thread count
+alone changes no bit (its matrices are too small for torch to split them), the kernels do (measured: the exposure
+gaps and continuation NLLs move, test NLL does not): the test checks that exact values in records/ differ, so a
+stage that ran on the vectorised kernels fails it."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from test_pipeline import TINY, _run, make_repo, write_params
+from test_pipeline import TINY, _env, _run, copy_repo, stop_warm_servers, write_params
 
 from empriv.cli import main
 
@@ -43,12 +46,15 @@ def verdicts(work, a: str, b: str, capsys) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tiny_pipeline, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("machines")
-    work, env, _ = make_repo(tmp, CUBE)
+    work, env = copy_repo(tiny_pipeline[3], tmp / "repo"), _env(tmp)
     one = rerun(work, env, CUBE, "runtime.threads 1")
-    other = {**env, "ATEN_CPU_CAPABILITY": "default", "EMPRIV_WARM": "0"}
-    two = rerun(work, other, {**CUBE, "runtime": {**CUBE["runtime"], "threads": 2}}, "another machine")
+    other = {**env, "ATEN_CPU_CAPABILITY": "default", "EMPRIV_WARM_DIR": str(tmp / "warm-another-machine")}
+    try:
+        two = rerun(work, other, {**CUBE, "runtime": {**CUBE["runtime"], "threads": 2}}, "another machine")
+    finally:
+        stop_warm_servers(tmp / "warm-another-machine")
     lr = rerun(work, env, {**CUBE, "cube": {**CUBE["cube"], "learning_rate": [0.2]}}, "learning rate 0.2")
     return work, one, two, lr
 

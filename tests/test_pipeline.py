@@ -62,11 +62,47 @@ def write_params(work: Path, overrides: dict) -> None:
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
+_SHARED_WARM: list[Path] = []
+
+
+def shared_warm_dir() -> Path:
+    """The warm-worker directory (``EMPRIV_WARM_DIR``) of every scratch repository of this pytest process: one
+    server pre-imports torch & co. once (~5 s) and forks the model stages of every copy, as it does for the stages
+    of one repository, instead of one server per copy. tests/conftest.py removes its sockets at the end of the
+    session (a server stops when its socket goes) and the directory, so none outlives the run by more than its idle
+    timeout."""
+    if not _SHARED_WARM:
+        import tempfile
+
+        _SHARED_WARM.append(Path(tempfile.mkdtemp(prefix="empriv-test-warm-")))
+    return _SHARED_WARM[0]
+
+
+def stop_warm_servers(directory: Path, *, remove: bool = False) -> None:
+    """Stop every warm server listening in ``directory``: each exits within a second of its socket's removal (it
+    logs so); with ``remove``, the directory goes too once they have."""
+    import time
+
+    directory = Path(directory)
+    for sock in directory.glob("*.sock"):
+        sock.unlink(missing_ok=True)
+    if remove:
+        log = directory / "server.log"
+        deadline = time.monotonic() + 5
+        while log.is_file() and time.monotonic() < deadline:
+            text = log.read_text(errors="replace")
+            if text.count(" exited") >= text.count(" listening at "):
+                break
+            time.sleep(0.1)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _env(tmp: Path) -> dict:
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["WANDB_MODE"] = "offline"
-    env["EMPRIV_WARM_IDLE"] = "20"  # each scratch repo's warm worker (dvc.yaml's model stages) exits soon after
+    env["EMPRIV_WARM_DIR"] = str(shared_warm_dir())  # dvc.yaml's model stages: one warm server for every copy
+    env["EMPRIV_WARM_IDLE"] = "300"  # it lives between the tests (stopped at the session's end)
     env.pop("WANDB_API_KEY", None)
     return env
 
@@ -110,10 +146,19 @@ def make_repo(tmp: Path, overrides: dict) -> tuple[Path, dict, subprocess.Comple
     return work, env, proc
 
 
+def copy_repo(work: Path, dest: Path) -> Path:
+    """A copy of the scratch repository ``work`` (git, DVC cache, outputs; not its W&B runs) at ``dest``: DVC sees it
+    up to date."""
+    shutil.copytree(work, dest, symlinks=True, ignore=shutil.ignore_patterns("wandb", "warm"))  # never a warm socket
+    return dest
+
+
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory) -> tuple[Path, dict, subprocess.CompletedProcess]:
-    """The tiny default (tiny-gpt2, its BPE), `dvc repro` run once."""
-    return make_repo(tmp_path_factory.mktemp("pipeline"), TINY)
+def repo(tiny_pipeline) -> tuple[Path, dict, subprocess.CompletedProcess]:
+    """The tiny default (tiny-gpt2, its BPE), `dvc repro` run once: the session's ``tiny_pipeline``
+    (tests/conftest.py; tests/test_diff_machines.py starts from a copy of it), which this module's tests change."""
+    work, env, proc, _ = tiny_pipeline
+    return work, env, proc
 
 
 def _names(seeds=(0, 1)) -> list[str]:

@@ -39,7 +39,12 @@ def test_a_hub_id_that_is_not_cached_fails_offline_with_one_line_naming_it_and_t
 
     from empriv.models.registry import hf_from_pretrained
 
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # offline as a user is who sets the variable before starting: huggingface_hub reads it once, at its import (done
+    # above, or by an earlier test); without this its hub requests still run, ~23 s of retries where there is no network
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError) as err:
         hf_from_pretrained(AutoModelForCausalLM, "empriv-test/does-not-exist", what="weights")
     msg = str(err.value)

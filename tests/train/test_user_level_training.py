@@ -3,6 +3,7 @@ GPT-2 — the bounded contribution of a unit, σ from the user-level accounting,
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -46,6 +47,15 @@ class _Tok:
     eos_id = EOS
 
 
+@functools.cache
+def _tight_group_calibration(epsilon, delta, k, q, steps):
+    """:func:`empriv.privacy.user_level.calibrate_group_privacy` (pure, ~13 s here), computed once per set of
+    arguments for the module: two tests compare their runs with the same tight calibration."""
+    from empriv.privacy.user_level import calibrate_group_privacy
+
+    return calibrate_group_privacy(epsilon, delta, k, q, steps)
+
+
 def _train(params, unit, epsilon=8, batch_size=8):
     from tiny_models import tiny_gpt2
 
@@ -56,7 +66,7 @@ def _train(params, unit, epsilon=8, batch_size=8):
 
 
 def test_group_privacy_bounds_each_unit_to_k_and_takes_sigma_from_the_tight_accounting(monkeypatch):
-    from empriv.privacy.user_level import calibrate_group_privacy, group_privacy_epsilon
+    from empriv.privacy.user_level import group_privacy_epsilon
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     params = _params()
@@ -65,7 +75,7 @@ def test_group_privacy_bounds_each_unit_to_k_and_takes_sigma_from_the_tight_acco
     assert m["n_units"] == n_units and m["n_bounded_records"] == 3 * n_units
     assert m["unit"] == "group-k3-random" and m["unit_level"] == "user" and m["unit_method"] == "group"
     assert m["sample_rate"] == pytest.approx(8 / (3 * n_units)) and m["delta"] == 1e-5
-    cal = calibrate_group_privacy(8, 1e-5, 3, 8 / (3 * n_units), 4)
+    cal = _tight_group_calibration(8, 1e-5, 3, 8 / (3 * n_units), 4)
     assert m["accountant"] == "pld-mog" and m["noise_multiplier"] == pytest.approx(cal.noise_multiplier, rel=1e-9)
     assert m["epsilon_user_level"] == pytest.approx(cal.epsilon) and m["epsilon_user_level"] <= 8.0 + 1e-3
     # the same σ, q, T are a much smaller ε per record: the user level is what costs
@@ -99,7 +109,7 @@ def test_group_selection_fixed_strategies_pick_known_records():
 
 
 def test_naive_group_accounting_is_selectable_and_recorded(monkeypatch):
-    from empriv.privacy.user_level import calibrate_group_privacy, calibrate_group_privacy_naive
+    from empriv.privacy.user_level import calibrate_group_privacy_naive
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
     _, m = _train(_params(group_accounting="naive"), "group-k3-random")
@@ -109,7 +119,7 @@ def test_naive_group_accounting_is_selectable_and_recorded(monkeypatch):
     assert m["user_accounting"].startswith("group-naive") and m["record_level_epsilon"] == pytest.approx(8 / 3)
     assert m["epsilon_user_level"] <= 8.0 + 1e-3
     # the naive conversion pays more noise than the tight accounting for the same guarantee
-    assert naive.noise_multiplier > calibrate_group_privacy(8, 1e-5, 3, 8 / n, 4).noise_multiplier
+    assert naive.noise_multiplier > _tight_group_calibration(8, 1e-5, 3, 8 / n, 4).noise_multiplier
 
 
 def test_userwise_units_are_sampled_at_b_over_n_and_each_gives_at_most_k_records(monkeypatch):
