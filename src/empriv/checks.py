@@ -7,9 +7,10 @@ from __future__ import annotations
 import numbers
 
 
-def require_int(name: str, value, minimum: int) -> int:
+def require_int(name: str, value, minimum: int, *, meaning: str = "") -> int:
     """``value`` as an ``int`` when it is an integer (Python or numpy, not a bool) ``>= minimum``; else
-    ``ValueError("<name> must be an integer >= <minimum>, got <value!r>")``."""
+    ``ValueError("<name> must be an integer >= <minimum>[ (<meaning>)], got <value!r>")``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        said = f" ({meaning})" if meaning else ""
+        raise ValueError(f"{name} must be an integer >= {minimum}{said}, got {value!r}")
     return int(value)

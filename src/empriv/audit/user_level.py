@@ -43,17 +43,12 @@ from pathlib import Path
 import numpy as np
 
 from empriv.audit import epsilon as eps_mod
+from empriv.checks import require_int
 from empriv.secrets.canaries import Canary, CanarySet, _candidate_ids, encode_canaries, generate_canaries
 
 AGGREGATES = ("mean", "median", "min", "max")
 MEMBERSHIP = "per unit: independent Bernoulli(1/2), all records of a unit share it"
 _PREFIX_STREAM = 0x75736572  # "user": the stream of the extra prefixes, apart from generate_canaries' own
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def unit_id(index: int) -> str:
@@ -74,7 +69,7 @@ class UserCanaries:
     records_per_unit: int
 
     def __post_init__(self):
-        k = _check_int("records_per_unit", self.records_per_unit, 1)
+        k = require_int("records_per_unit", self.records_per_unit, 1)
         records = self.canary_set.canaries
         if any(c.member is None for c in records):
             raise ValueError("canary_set: user-level canaries have no population records (member None)")
@@ -148,7 +143,7 @@ def generate_user_canaries(*, design: str, n_units: int, records_per_unit: int, 
     m = n_units
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 2:
         raise ValueError(f"n_units (m, canary units) must be an integer >= 2, got {m!r}")
-    k = _check_int("records_per_unit", records_per_unit, 1)
+    k = require_int("records_per_unit", records_per_unit, 1)
     units = generate_canaries(design=design, n_canaries=int(m), vocab_size=vocab_size, eos_id=eos_id, seed=seed,
                               prefix="random", prefix_length=prefix_length, secret_length=secret_length, loss=loss,
                               n_population=0, pool_size=pool_size, train_token_lists=train_token_lists,
@@ -218,7 +213,7 @@ def add_member_canary_units(ids, mask, unit_ids, canaries: UserCanaries, *, eos_
         raise ValueError(f"unit_ids must be >= 0, got {int(unit_ids.min())}")
     k = canaries.records_per_unit
     if max_records_per_unit is not None:
-        cap = _check_int("max_records_per_unit", max_records_per_unit, 1)
+        cap = require_int("max_records_per_unit", max_records_per_unit, 1)
         if k > cap:
             raise ValueError(f"records_per_unit = {k} exceeds max_records_per_unit = {cap} (the k of the run): "
                              f"a canary unit must fit the run's records-per-unit bound")
@@ -308,7 +303,7 @@ def user_level_audit(record_scores: Sequence[float], record_units: Sequence[Hash
         raise ValueError(f"record_members has {len(record_members)} entries but record_scores has {n}: "
                          "one membership label per record score is required")
     if records_per_unit is not None:
-        _check_int("records_per_unit", records_per_unit, 1)
+        require_int("records_per_unit", records_per_unit, 1)
     agg = aggregate_unit_scores(record_scores, record_units, aggregate)
     m = len(agg.units)
     if m < 2:

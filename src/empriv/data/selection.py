@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from empriv.checks import require_int
+
 STRATEGIES = ("random", "longest", "shortest", "highest_perplexity", "lowest_perplexity")
 PERPLEXITY_STRATEGIES = ("highest_perplexity", "lowest_perplexity")
 LENGTH_STRATEGIES = ("longest", "shortest")
@@ -47,12 +49,6 @@ SCORES_KIND = "record_mean_nll"
 
 
 # ----------------------------------------------------------------------------- checks
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def check_strategy(strategy) -> str:
     """``strategy`` if it is one of :data:`STRATEGIES`, else a one-line error with the closest name."""
     if strategy in STRATEGIES:
@@ -171,7 +167,7 @@ def select_k(units: Mapping, k: int, strategy: str, rng, *, n_tokens=None, score
     mis-sized ``n_tokens``/``scores``, and (``resample=False``) a unit with fewer than k records
     each raise a one-line ``ValueError``.
     """
-    k = _check_int("k", k, 1)
+    k = require_int("k", k, 1)
     strategy = check_strategy(strategy)
     rng = _check_rng(rng)
     pairs, m = _check_units(units)
@@ -241,7 +237,7 @@ def random_window(stream: Sequence[int], window: int, rng) -> list[int]:
     the window and the caller pads it — ``empriv.models.lm.encode_fixed`` right-pads and its loss
     mask gives the padding no loss. Each call draws afresh (User-wise: one chunk per unit per step).
     """
-    window = _check_int("window", window, 1)
+    window = require_int("window", window, 1)
     rng = _check_rng(rng)
     if len(stream) == 0:
         raise ValueError("the unit's token stream is empty: a unit needs at least one token to draw a chunk")
@@ -279,9 +275,9 @@ def record_mean_nll(model, record_tokens: Sequence[Sequence[int]], *, eos_id: in
     from empriv.models.lm import encode_fixed, per_sample_mean_nll
     from empriv.infra.progress import progress
 
-    eos_id = _check_int("eos_id", eos_id, 0)
-    seq_len = _check_int("seq_len", seq_len, 2)
-    batch_size = _check_int("batch_size", batch_size, 1)
+    eos_id = require_int("eos_id", eos_id, 0)
+    seq_len = require_int("seq_len", seq_len, 2)
+    batch_size = require_int("batch_size", batch_size, 1)
     for i, toks in enumerate(record_tokens):
         if len(toks) == 0:
             raise ValueError(f"record {i} has no tokens: its perplexity is undefined")

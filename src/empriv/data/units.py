@@ -33,6 +33,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from empriv.checks import require_int
+
 NGRAM = 20
 
 _HEADER_BLOCK = re.compile(r"\A(.*?)(?:\r?\n\r?\n|\Z)(.*)\Z", re.S)
@@ -215,10 +217,8 @@ def sample_records_per_unit(n_units: int, rng, max_records_per_unit: int = MAX_R
     """``n_units`` draws of the heavy-tailed records-per-unit distribution (numpy int array, each in [1, cap])."""
     import numpy as np
 
-    if isinstance(n_units, bool) or not isinstance(n_units, int) or n_units < 0:
-        raise ValueError(f"n_units must be an integer >= 0, got {n_units!r}")
-    if isinstance(max_records_per_unit, bool) or not isinstance(max_records_per_unit, int) or max_records_per_unit < 1:
-        raise ValueError(f"max_records_per_unit must be an integer >= 1, got {max_records_per_unit!r}")
+    n_units = require_int("n_units", n_units, 0)
+    max_records_per_unit = require_int("max_records_per_unit", max_records_per_unit, 1)
     z = rng.standard_normal(n_units)
     sizes = np.ceil(np.exp(RECORDS_PER_UNIT_LOG_MEDIAN + RECORDS_PER_UNIT_LOG_SPREAD * z))
     return np.clip(sizes, 1, max_records_per_unit).astype(np.int64)
@@ -235,8 +235,7 @@ def synthetic_unit_ids(n_records: int, seed: int, *, max_records_per_unit: int =
     """
     import numpy as np
 
-    if isinstance(n_records, bool) or not isinstance(n_records, int) or n_records < 1:
-        raise ValueError(f"n_records must be an integer >= 1, got {n_records!r}")
+    n_records = require_int("n_records", n_records, 1)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an integer, got {seed!r}")
     rng = np.random.default_rng(seed)

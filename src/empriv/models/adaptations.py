@@ -54,6 +54,7 @@ import numbers
 import torch
 from torch import nn
 
+from empriv.checks import require_int
 from empriv.config.methods import BUILTIN
 from empriv.models.conv1d import conv1d_to_linear
 from empriv.models.lora import prepare_for_finetuning
@@ -69,12 +70,6 @@ HEAD_TARGETS = ("lm_head", "last_block")
 
 
 # ----------------------------------------------------------------------------- validation
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _model_type(model: nn.Module) -> str | None:
@@ -126,7 +121,7 @@ def _prepare_prefix(model, *, n_virtual, layers, reparameterize, hidden, init_se
     n_layers, kv_heads, head_dim = _geometry(model)
     layers = _check_layers(layers, n_layers)
     if reparameterize:
-        hidden = _check_int("hidden", hidden, 1)
+        hidden = require_int("hidden", hidden, 1)
     embed = model.get_input_embeddings()
     dtype, device = embed.weight.dtype, embed.weight.device
 
@@ -248,7 +243,7 @@ def prepare_adaptation(model: nn.Module, method: str, *, n_virtual: int = 10, la
             lora = LoraParams()
         return prepare_for_finetuning(model, method, lora, init_seed=init_seed)
     if method in ("prefix", "prompt"):
-        n_virtual = _check_int("n_virtual", n_virtual, 1)
+        n_virtual = require_int("n_virtual", n_virtual, 1)
         register_grad_samplers()
         if method == "prefix":
             return _prepare_prefix(model, n_virtual=n_virtual, layers=layers, reparameterize=reparameterize,

@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from empriv.checks import require_int
 from empriv.privacy.checks import _check_sample_rate, _check_sigma, _check_steps
 
 #: the only module whose classes :func:`event_from_dict` rebuilds (a record names classes; nothing else is imported)
@@ -60,12 +61,6 @@ def _events():
 def _check_source(name: str, value) -> str:
     if value not in DATA_SOURCES:
         raise ValueError(f"{name} must be one of {', '.join(DATA_SOURCES)}, got {value!r}")
-    return value
-
-
-def _check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
 
 
@@ -94,7 +89,7 @@ def group_privacy_event(noise_multiplier, k, sample_rate, steps):
     import numpy as np
     from scipy.stats import binom
 
-    k = _check_int("k", k, 1)
+    k = require_int("k", k, 1)
     q = _check_sample_rate(sample_rate)
     t = _check_steps(steps)
     if noise_multiplier is None:
@@ -112,8 +107,8 @@ def group_privacy_event(noise_multiplier, k, sample_rate, steps):
 def user_wise_event(noise_multiplier, users_per_step, n_users, steps):
     """User-wise DP-SGD: users sampled at rate users_per_step / n_users, one clipped gradient each (DP-SGD's
     event with the user as the unit)."""
-    b = _check_int("users_per_step", users_per_step, 1)
-    n = _check_int("n_users", n_users, b)
+    b = require_int("users_per_step", users_per_step, 1)
+    n = require_int("n_users", n_users, b)
     return dp_sgd_event(noise_multiplier, b / n, steps)
 
 
@@ -134,7 +129,7 @@ def dpzero_event(noise_multiplier, sample_rate, steps, *, kd_data: str | None = 
     parts = []
     if kd_data is not None:
         _check_source("kd_data", kd_data)
-        parts.append(_reads(kd_data) if _check_int("nor_steps", nor_steps, 0) > 0 else _events().NoOpDpEvent())
+        parts.append(_reads(kd_data) if require_int("nor_steps", nor_steps, 0) > 0 else _events().NoOpDpEvent())
     return _with_parts(parts, dp_sgd_event(noise_multiplier, sample_rate, steps))
 
 
@@ -150,11 +145,11 @@ def dpflat_event(noise_multiplier, sample_rate, steps, *, elimination_data: str 
         parts.append(_reads(_check_source("elimination_data", elimination_data)))
     if kd_data is not None:
         _check_source("kd_data", kd_data)
-        parts.append(_reads(kd_data) if _check_int("nor_steps", nor_steps, 0) > 0 else e.NoOpDpEvent())
+        parts.append(_reads(kd_data) if require_int("nor_steps", nor_steps, 0) > 0 else e.NoOpDpEvent())
     if awp_variant is not None:
         if awp_variant not in ("published", "strict"):
             raise ValueError(f"awp_variant must be one of published, strict, got {awp_variant!r}")
-        unnoised = awp_variant == "published" and _check_int("awp_steps", awp_steps, 0) > 0
+        unnoised = awp_variant == "published" and require_int("awp_steps", awp_steps, 0) > 0
         parts.append(e.NonPrivateDpEvent() if unnoised else e.NoOpDpEvent())
     return _with_parts(parts, dp_sgd_event(noise_multiplier, sample_rate, steps))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from empriv.checks import require_int
 from empriv.privacy.accountants import ACCOUNTANTS
 from empriv.privacy.calibration import Calibration, calibrate_noise_multiplier
 from empriv.privacy.checks import (
@@ -36,17 +37,11 @@ MOG_VALUE_DISCRETIZATION = 1e-3
 COARSE_DISCRETIZATION = 1e-2
 
 
-def _check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    return k
-
-
 def naive_group_privacy(epsilon, delta, k) -> tuple[float, float]:
     """Example-level (ε, δ) -> user-level (kε, δ·(e^{kε}-1)/(e^{ε}-1)) for k records per user."""
     e = _check_epsilon(epsilon)
     d = _check_delta(delta)
-    k = _check_k(k)
+    k = require_int("k", k, 1)
     if k == 1:
         return e, d
     # (e^{kε}-1)/(e^{ε}-1) = sum_{i<k} e^{iε}; computed stably.
@@ -58,7 +53,7 @@ def example_level_for_user_level(user_epsilon, user_delta, k) -> tuple[float, fl
     """Inverse of :func:`naive_group_privacy`: example-level (ε_u/k, δ_u(e^{ε_e}-1)/(e^{kε_e}-1))."""
     eu = _check_epsilon(user_epsilon, "user_epsilon")
     du = _check_delta(user_delta, "user_delta")
-    k = _check_k(k)
+    k = require_int("k", k, 1)
     ee = eu / k
     return ee, du * math.expm1(ee) / math.expm1(eu)
 
@@ -72,7 +67,7 @@ def group_privacy_epsilon(noise_multiplier, k, sample_rate, steps, delta,
                           *, value_discretization_interval=MOG_VALUE_DISCRETIZATION) -> float:
     """User-level ε of T steps of record-level DP-SGD when each user has k records (tight MoG)."""
     s = _check_sigma(noise_multiplier)
-    k = _check_k(k)
+    k = require_int("k", k, 1)
     q = _check_sample_rate(sample_rate)
     t = _check_steps(steps)
     d = _check_delta(delta)
@@ -85,7 +80,7 @@ def calibrate_group_privacy(epsilon, delta, k, sample_rate, steps, *, tolerance=
     k records per user, via the tight mixture-of-Gaussians accounting."""
     e = _check_epsilon(epsilon)
     d = _check_delta(delta)
-    k = _check_k(k)
+    k = require_int("k", k, 1)
     q = _check_sample_rate(sample_rate)
     t = _check_steps(steps)
     tol = _check_tolerance(tolerance)
@@ -123,8 +118,7 @@ def calibrate_group_privacy_naive(epsilon, delta, k, sample_rate, steps, account
 def calibrate_user_wise(epsilon, delta, users_per_step, n_users, steps, accountant="prv",
                         **kwargs) -> Calibration:
     """User-wise DP-SGD: ordinary accounting over users, q = users_per_step / n_users."""
-    if isinstance(users_per_step, bool) or not isinstance(users_per_step, int) or users_per_step < 1:
-        raise ValueError(f"users_per_step must be an integer >= 1, got {users_per_step!r}")
+    users_per_step = require_int("users_per_step", users_per_step, 1)
     if isinstance(n_users, bool) or not isinstance(n_users, int) or n_users < users_per_step:
         raise ValueError(f"n_users must be an integer >= users_per_step, got {n_users!r}")
     q = _check_sample_rate(users_per_step / n_users)

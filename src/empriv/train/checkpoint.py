@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from empriv.checks import require_int
 from empriv.io import file_digest
 
 log = logging.getLogger("empriv.train")
@@ -87,9 +88,8 @@ class Checkpointer:
     clear_on_completion: bool = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
-            raise ValueError(f"runtime.checkpoint_every must be an integer >= 1 (steps between checkpoints), "
-                             f"got {self.every!r}")
+        object.__setattr__(self, "every", require_int("runtime.checkpoint_every", self.every, 1,
+                                                      meaning="steps between checkpoints"))
         object.__setattr__(self, "directory", Path(self.directory))
         object.__setattr__(self, "identity", _plain(dict(self.identity)))
 

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from empriv.checks import require_int
 from empriv.config import DPFlatParams
 from empriv.models.adaptations import PrefixTunedLM, dp_step
 from empriv.train.checkpoint import trainable_named
@@ -61,7 +62,6 @@ from empriv.train.flatness import (
     add_kd_gradient,
     awp_perturbation,
     check_etas,
-    check_int,
     check_real,
     eliminate_prefix_layers,
     perturbed_dp_step,
@@ -145,7 +145,7 @@ def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, con
     from empriv.train.loop import DPLoop
     from empriv.train.sampling import RecordSampling
 
-    steps = check_int("steps", steps, 1)
+    steps = require_int("steps", steps, 1)
     sample_rate = check_real("sample_rate", sample_rate, minimum=0.0, strict=True)
     if sample_rate > 1:
         raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")

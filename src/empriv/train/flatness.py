@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from empriv.checks import require_int
 from empriv.models.adaptations import PrefixEncoder, PrefixTunedLM, dp_step
 from empriv.models.lm import per_sample_mean_nll
 from empriv.train.checkpoint import trainable_named
@@ -44,12 +45,6 @@ def check_real(name: str, value, *, minimum: float, strict: bool) -> float:
     if not ok:
         raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
     return float(value)
-
-
-def check_int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def check_choice(name: str, value, allowed: Sequence[str]) -> str:
@@ -201,11 +196,11 @@ def train_nonprivate_copy(model: nn.Module, ids: torch.Tensor, mask: torch.Tenso
     ``data_source`` says what ``ids`` are: ``"private"`` (published variant; :data:`KD_PRIVATE_CAVEAT`
     recorded) or ``"public"`` (strict variant).
     """
-    steps = check_int("nor_steps", steps, 0)
+    steps = require_int("nor_steps", steps, 0)
     lr = check_real("nor_lr", lr, minimum=0.0, strict=True)
     data_source = check_choice("kd_data", data_source, DATA_SOURCES)
     if batch_size is not None:
-        batch_size = check_int("nor_batch_size", batch_size, 1)
+        batch_size = require_int("nor_batch_size", batch_size, 1)
     if steps and ids.shape[0] == 0:
         raise ValueError("train_nonprivate_copy needs at least one sequence, got 0")
     params = dict(_trainable(model))

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from empriv.checks import require_int
 from empriv.train.checkpoint import Snapshot, capture_rng, restore_rng
 
 log = logging.getLogger("empriv.train")
@@ -55,8 +56,7 @@ class DPLoop:
 
     def __init__(self, *, sampling, steps: int, curves: Sequence[str], checkpoint=None, facts: dict | None = None,
                  extra_state=None):
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+        steps = require_int("steps", steps, 1)
         if not curves:
             raise ValueError("curves must name at least the loss curve")
         self.sampling, self.steps, self.checkpoint, self.extra_state = sampling, steps, checkpoint, extra_state

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from empriv.checks import require_int
+
 # (step, sampled unit indices) -> (ids [R, L], mask [R, L], unit id of every record [R])
 RecordSelector = Callable[[int, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -48,9 +50,7 @@ def poisson_unit_batches(n_units: int, unit_sample_rate: float, steps: int,
     if isinstance(unit_sample_rate, bool) or not isinstance(unit_sample_rate, (int, float)) \
             or not 0 < unit_sample_rate <= 1:
         raise ValueError(f"unit_sample_rate (q) must be in (0, 1], got {unit_sample_rate!r}")
-    for name, value in (("n_units", n_units), ("steps", steps)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    n_units, steps = require_int("n_units", n_units, 1), require_int("steps", steps, 1)
     if not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator (a seeded stream), got {type(generator).__name__}")
     return poisson_batches(n_units, unit_sample_rate, steps, generator)

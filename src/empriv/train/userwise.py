@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from empriv.checks import require_int
 from empriv.train.sampling import RecordSelector, UserSampling, check_records, poisson_unit_batches
 
 STRATEGIES = ("per_unit", "per_record")  # how per-unit gradients are computed (module docstring)
@@ -91,12 +92,6 @@ def check_expected_units(expected_units) -> float:
             or not expected_units > 0 or math.isinf(expected_units)):
         raise ValueError(f"expected_units (q·N) must be a finite number > 0, got {expected_units!r}")
     return float(expected_units)
-
-
-def _check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
 
 
 # --------------------------------------------------------------------------- sampling
@@ -336,7 +331,7 @@ def resolve_micro_batch_records(setting, params: Sequence[torch.Tensor]) -> int 
         ram = physical_memory_bytes()
         # per record: its float32 per-sample gradient plus (at most) one unit row of the same size
         return cpu_micro_batch_size(CPU_DEFAULT, 8 * n, ram // 4 if ram else None)
-    return _check_positive_int("micro_batch_records", setting)
+    return require_int("micro_batch_records", setting, 1)
 
 
 def userwise_noised_gradient(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, unit_ids, *,
@@ -423,8 +418,8 @@ def userwise_dp_sgd(model: torch.nn.Module, optimizer: torch.optim.Optimizer, se
     from empriv.train.loop import DPLoop
 
     q = check_unit_sample_rate(unit_sample_rate)
-    _check_positive_int("n_units", n_units)
-    _check_positive_int("steps", steps)
+    require_int("n_units", n_units, 1)
+    require_int("steps", steps, 1)
     private = noise_multiplier is not None
     if private:
         check_clip_norm(clip_norm)
