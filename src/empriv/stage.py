@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from empriv.config import ConfigError, Params, RunConfig, error_lines, load_params
+from empriv.config import ConfigError, Params, error_lines, load_params
 
 log = logging.getLogger("empriv")
 

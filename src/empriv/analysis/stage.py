@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 
 
 log = logging.getLogger("empriv.analyze")

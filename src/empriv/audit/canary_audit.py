@@ -12,8 +12,6 @@ highest scores; ``split_half`` chooses r on a random half and audits the other. 
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Sequence
 
 import numpy as np

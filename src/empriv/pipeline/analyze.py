@@ -105,7 +105,6 @@ def main(params: Params) -> dict:
 def unit_comparison(table, primary: str | None, utility: str) -> dict:
     """Record- vs user-level side by side: per ε and privacy unit, the configuration count, the mean (over
     configurations, seeds averaged first) and best of the utility, and the mean of the primary privacy score."""
-    import polars as pl
 
     from empriv.analysis.table import config_table, epsilon_label
 

@@ -26,7 +26,6 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 import torch
 
 from empriv.checks import require_int
-from empriv.train.sampling import RecordSelector, UserSampling, check_records, poisson_unit_batches
+from empriv.train.sampling import RecordSelector, UserSampling, check_records
 
 STRATEGIES = ("per_unit", "per_record")  # how per-unit gradients are computed (module docstring)
 

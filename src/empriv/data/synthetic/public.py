@@ -244,7 +244,7 @@ def _listing(rng: random.Random) -> str:
             f"{_fill(rng, '{town}')} {rng.randint(5, 23):02d}:{rng.randint(0, 59):02d} {rng.randint(5, 23):02d}:{rng.randint(0, 59):02d}"
             for _ in range(rng.randint(3, 7)))
     if kind < 0.75:
-        return f"Contents\n" + "\n".join(f"{i}. " + _fill(rng, rng.choice((
+        return "Contents\n" + "\n".join(f"{i}. " + _fill(rng, rng.choice((
             "The {adj} {noun}", "A history of {town}", "How to {vbase} a {noun}", "{person} on {nouns}",
             "Notes on the {brand} {noun}"))) for i in range(1, rng.randint(4, 8)))
     return "\n".join(_fill(rng, rng.choice(("{person}, {town} - {price}", "{code} {adj} {noun} x{small}",
