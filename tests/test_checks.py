@@ -19,3 +19,22 @@ def test_require_int_names_the_argument_the_value_and_the_minimum(value):
     with pytest.raises(ValueError) as err:
         require_int("top_k", value, 1)
     assert str(err.value) == f"top_k must be an integer >= 1, got {value!r}"
+
+
+def test_require_int_says_what_the_number_means_when_asked():
+    with pytest.raises(ValueError) as err:
+        require_int("runtime.checkpoint_every", 0, 1, meaning="steps between checkpoints")
+    assert str(err.value) == "runtime.checkpoint_every must be an integer >= 1 (steps between checkpoints), got 0"
+
+
+@pytest.mark.parametrize("check", [
+    lambda v: __import__("empriv.privacy.user_level", fromlist=["x"]).naive_group_privacy(1.0, 1e-5, v),
+    lambda v: __import__("empriv.train.loop", fromlist=["x"]).DPLoop(sampling=None, steps=v, curves=["loss"]),
+    lambda v: __import__("empriv.data.units", fromlist=["x"]).synthetic_unit_ids(v, 0),
+])
+def test_the_modules_that_checked_by_hand_now_share_the_message_and_take_numpy_integers(check):
+    """The checks that were written out in each module (k, steps, n_records, ...) go through require_int: one
+    message shape, and a numpy integer (e.g. read from an array) is an integer."""
+    with pytest.raises(ValueError, match=r"must be an integer >= 1, got 0$"):
+        check(0)
+    check(np.int64(2))  # no error
