@@ -77,6 +77,19 @@ def test_a_p_value_takes_the_verdict_of_its_statistic_and_coefficients_use_their
     assert r["eps8.coef_log_b_se"].verdict == "within noise"  # a standard error's own uncertainty: se/√(2(n−1))
 
 
+def test_r2_uses_its_standard_error_and_no_longer_trips_the_relative_tolerance():
+    """Another machine moved the default run's epsinf R² from 0.6871 to 0.6839 (ACR searches tipped by float drift):
+    0.47 % of the value, changed under the 0.2 % tolerance while it had no uncertainty. With r2_se it is read
+    against the spread of R² over the runs' noise."""
+    old = {"a.json": {"epsinf": {"n_configs": 8, "r2": 0.6871, "r2_se": 0.14}}}
+    new = {"a.json": {"epsinf": {"n_configs": 8, "r2": 0.6839, "r2_se": 0.14}}}
+    bare = {"a.json": {"epsinf": {"n_configs": 8, "r2": 0.6839}}}
+    assert rows_by_key(compare(old, new))["epsinf.r2"].verdict == "within noise"
+    assert rows_by_key(compare({"a.json": {"epsinf": {"n_configs": 8, "r2": 0.6871}}}, bare))["epsinf.r2"].verdict == "changed"
+    far = {"a.json": {"epsinf": {"n_configs": 8, "r2": 0.05, "r2_se": 0.05}}}
+    assert rows_by_key(compare(old, far))["epsinf.r2"].verdict == "changed"  # 0.64 > 3·√(0.14² + 0.05²)
+
+
 def test_markdown_leads_with_the_verdicts_and_folds_the_rows_within_noise():
     old = {"s.json": {"a": score(1.0, 0.01), "b": 3}}
     new = {"s.json": {"a": score(2.0, 0.01), "b": 3}}

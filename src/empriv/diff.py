@@ -6,7 +6,7 @@ and seed noise look like change. Here every metric gets the uncertainty :mod:`em
 
 - **changed**: ``|Δ| > max(z·σ, rel_tol·max(|old|, |new|))`` with ``σ = √(u_old² + u_new²)`` (:data:`Z` = 3: a
   difference of pure noise is called changed about once in 370 rows); a metric without an uncertainty (counts,
-  R², heuristic accuracies, risks, …) is changed when ``|Δ|`` exceeds the relative tolerance :data:`REL_TOL`
+  heuristic accuracies, risks, …) is changed when ``|Δ|`` exceeds the relative tolerance :data:`REL_TOL`
   alone, above the float drift that the written precision (4 significant digits) leaves;
 - **within noise**: everything else, identical values included;
 - **new** / **gone**: a value only at REV_B / only at REV_A (a missing key or null on the other side).

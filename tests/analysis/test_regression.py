@@ -147,3 +147,27 @@ def test_table2_recovers_the_coefficients_of_a_known_model():
     comp = out["composite"]
     assert comp["fitted"] and comp["n"] == 81 and set(comp["terms"]) == {"intercept", "log_C", "log_eta"}
     assert comp["terms"]["log_eta"]["coef"] == pytest.approx(0.5, abs=0.02)
+
+
+def test_r2_standard_error_is_the_spread_of_r2_over_fresh_noise_on_a_fixed_design():
+    """r2_se (a residual bootstrap with the design held fixed) against the Monte Carlo truth: R² of the same 16
+    configurations with the noise drawn 3,000 times. The median estimate over 40 data sets is within 10 %."""
+    from empriv.analysis.regression import ols, r2_standard_error
+
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((16, 3))
+    mean = X @ np.array([0.5, 0.3, 0.2])
+
+    def r2(y):
+        A = np.column_stack([np.ones(16), X])
+        r = y - A @ np.linalg.lstsq(A, y, rcond=None)[0]
+        return 1 - r @ r / ((y - y.mean()) @ (y - y.mean()))
+
+    truth = np.std([r2(mean + 0.6 * rng.standard_normal(16)) for _ in range(3000)])
+    estimates = [r2_standard_error(mean + 0.6 * rng.standard_normal(16), X) for _ in range(40)]
+    assert np.median(estimates) == pytest.approx(truth, rel=0.10)
+    y = mean + 0.6 * rng.standard_normal(16)
+    fit = ols(y, X, ["a", "b", "c"])
+    assert fit["r2_se"] == r2_standard_error(y, X) == ols(y, X, ["a", "b", "c"])["r2_se"]  # deterministic
+    assert ols(mean, X, ["a", "b", "c"])["r2_se"] == 0.0  # an exact fit does not move
+    assert r2_standard_error(mean[:4], X[:4]) is None  # 4 rows, 4 parameters: no residual left

@@ -189,6 +189,7 @@ def analysis_metrics(analysis: dict) -> dict:
         if fit:
             e = per.setdefault(label, {})
             e["r2"] = fit.get("r2")
+            e["r2_se"] = fit.get("r2_se")  # empriv diff's uncertainty for r2 (analysis.regression.r2_standard_error)
             for term, t in fit.get("terms", {}).items():
                 if term != "intercept":
                     e[f"coef_{term}"] = t["coef"]
