@@ -47,10 +47,19 @@ def token_nll(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 def per_sample_mean_nll(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean NLL over each sample's real tokens: [N]. This is each example's loss ℓ_i in DP-SGD."""
-    nll = token_nll(model, ids)
-    m = mask[:, 1:].to(nll.device)
-    return (nll * m).sum(1) / m.sum(1).clamp(min=1.0)
+    """Mean NLL over each sample's real tokens: [N]. This is each example's loss ℓ_i in DP-SGD.
+
+    Computed from the logits by :func:`empriv.models.kernels.weighted_token_nll` (one log-sum-exp pass, a fused
+    backward): the values of ``(token_nll · mask).sum / mask.sum`` to float rounding, in ~half the time."""
+    from empriv.models.kernels import weighted_token_nll
+
+    ids = ids.to(model_device(model))
+    logits = model(input_ids=ids, position_ids=position_ids_like(ids), use_cache=False).logits.float()
+    m = mask.to(logits.device, logits.dtype)
+    weights = torch.zeros_like(m)
+    weights[:, :-1] = m[:, 1:] / m[:, 1:].sum(1, keepdim=True).clamp(min=1.0)
+    # position t predicts token t + 1; the last position predicts nothing (weight 0, its target a dummy id)
+    return weighted_token_nll(logits, torch.roll(ids, -1, 1), weights)
 
 
 @torch.no_grad()

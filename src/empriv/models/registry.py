@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from empriv.config import BaseParams
+from empriv.models.kernels import fuse_activations
 
 log = logging.getLogger("empriv.models")
 
@@ -84,7 +85,9 @@ def build_tiny_gpt2(base: BaseParams, vocab_size: int, eos_id: int):
         tie_word_embeddings=True,
     )
     torch.manual_seed(base.seed)
-    return GPT2LMHeadModel(config)
+    model = GPT2LMHeadModel(config)
+    fuse_activations(model)
+    return model
 
 
 def load_model(directory: str | Path):
@@ -95,6 +98,7 @@ def load_model(directory: str | Path):
     if not (directory / "config.json").exists():
         raise FileNotFoundError(f"{directory}/config.json (no model saved there)")
     model = AutoModelForCausalLM.from_pretrained(str(directory))
+    fuse_activations(model)  # gelu_new as one kernel: the same function (empriv.models.kernels)
     model.eval()
     return model
 
