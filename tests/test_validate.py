@@ -289,7 +289,8 @@ def test_acr_search_settings_come_from_acr_params_only():
 
     assert issubclass(ACRParams, ACRSearchParams)
     assert set(SEARCH_FIELDS) == set(ACRSearchParams.model_fields) < set(ACRParams.model_fields)
-    assert set(ACRParams.model_fields) - set(SEARCH_FIELDS) == {"enabled", "training_seeds", "epsilons", "max_secrets"}
+    assert set(ACRParams.model_fields) - set(SEARCH_FIELDS) == {"enabled", "training_seeds", "epsilons", "max_secrets",
+                                                                "rare_frequency"}
     defaults = ACRParams()
     assert ACRSearchParams() == settings_from_params(defaults) == defaults.search
     assert type(settings_from_params(defaults)) is ACRSearchParams
@@ -299,8 +300,9 @@ def test_acr_search_settings_come_from_acr_params_only():
                "race_steps": 3, "give_up": [[7, 2]], "keep": "loss", "wrong_weight": 2.5,
                "skip": 3}
     assert set(changed) == set(SEARCH_FIELDS)
-    full = settings_from_params({**changed, "max_secrets": 3, "enabled": False})  # the section's own keys are not the search's
+    full = settings_from_params({**changed, "max_secrets": 3, "enabled": False, "rare_frequency": 0.2})  # the section's own keys are not the search's
     assert full.seeds == [4, 5] and full.strategy == "published" and not hasattr(full, "max_secrets")
+    assert not hasattr(full, "rare_frequency")  # how searches are reported, not how they run
     for key in SEARCH_FIELDS:  # a key deleted from params gets ACRParams' documented default, never another budget
         partial = settings_from_params({k: v for k, v in changed.items() if k != key})
         assert getattr(partial, key) == getattr(defaults, key), key
@@ -319,6 +321,15 @@ def test_acr_settings_are_validated_by_acr_params():
         ACRSearchParams(steps=0)
 
 
+@pytest.mark.parametrize("value", [1.0, 1.5, -0.01])
+def test_rare_frequency_must_be_in_zero_one(value):
+    with pytest.raises(ConfigError, match=rf"^score\.acr\.rare_frequency: out of range \(got {value}; allowed: a finite "
+                                          r"number in \[0, 1\)\)$"):
+        parse_params(with_("score.acr.rare_frequency", value))
+    assert parse_params(with_("score.acr.rare_frequency", 0)).score.acr.rare_frequency == 0.0
+    assert parse_params(MINIMAL).score.acr.rare_frequency == 0.01
+
+
 # --------------------------------------------------------------------------- the score names cannot rot
 def test_known_score_names_are_what_scoring_and_the_run_table_produce(tmp_path, corpus):
     """Score one tiny model with the real scoring code (an Enron-like and an author-genre secret, ACR on), write its
@@ -335,7 +346,10 @@ def test_known_score_names_are_what_scoring_and_the_run_table_produce(tmp_path, 
     base = tiny_gpt2(vocab_size=tok.vocab_size, n_embd=16, n_head=2, n_layer=1, n_positions=64, seed=1)
     secrets = [
         {"id": "s-0", "kind": "mined", "text": "Call Rita Mcconnell at 713-345-6593", "prompt": "Call Rita Mcconnell at",
-         "continuation": " 713-345-6593"},
+         "continuation": " 713-345-6593", "occurrences": 8, "frequency": 0.08},
+        # in ≤ score.acr.rare_frequency of the records: its ACR is reported apart (acr_rare_*)
+        {"id": "s-1", "kind": "mined", "text": "Fax Ann Lee on 713-853-0912", "prompt": "Fax Ann Lee on",
+         "continuation": " 713-853-0912", "occurrences": 1, "frequency": 0.01},
         {"id": "a-0", "kind": "author_genre", "name": "Ann Lee", "genre": "mystery",
          "text": "Question: What genre does Ann Lee write in?\nAnswer: mystery",
          "prompt": "Question: What genre does Ann Lee write in?\nAnswer:", "continuation": " mystery"},
@@ -618,4 +632,5 @@ def test_the_acr_record_holds_every_search_setting():
     acr = parse_params(with_("score.acr", {"epsilons": [2], "give_up": [[10, 4]], "race_steps": 7, "seeds": [3]})).score.acr
     record = run_acr(None, None, [], [], acr, RunConfig(math.inf, 8, 1, 0.01, 0))
     assert set(SEARCH_FIELDS) <= set(record) and record["ran"] is False and "why_not" in record
+    assert record["rare_frequency"] == 0.01  # the split the run's ACR aggregates use, recorded beside the settings
     assert record["give_up"] == [[10, 4]] and record["race_steps"] == 7 and record["seeds"] == [3]

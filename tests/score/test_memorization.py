@@ -97,14 +97,16 @@ def test_score_secrets_rows_and_aggregate(memorised, small_bpe):
     secrets = []
     for i, text in enumerate([SECRET, other]):
         p, c = split_secret(text)
-        secrets.append({"id": f"secret-{i:02d}", "text": text, "prompt": p, "continuation": c, "frequency": 0.01 * (i + 1)})
+        secrets.append({"id": f"secret-{i:02d}", "kind": "phone_block", "text": text, "prompt": p, "continuation": c,
+                        "occurrences": 3 * (i + 1), "frequency": 0.01 * (i + 1)})
     controls = make_controls(secrets, 10, seed=0)
     rows = score_secrets(memorised, tok, secrets, controls, _Score())
     assert [r["id"] for r in rows] == ["secret-00", "secret-01"]
     for r in rows:
         assert set(r) == {"id", "vmr", "vmr_greedy", "continuation_nll", "continuation_nll_total", "secret_nll",
-                          "exposure_gap", "frequency"}
-        assert not any(isinstance(v, str) and v not in (r["id"],) for v in r.values())  # no text leaves
+                          "exposure_gap", "kind", "occurrences", "frequency"}
+        assert not any(isinstance(v, str) and v not in (r["id"], "phone_block") for v in r.values())  # no text leaves
+    assert [(r["occurrences"], r["frequency"]) for r in rows] == [(3, 0.01), (6, 0.02)]  # the secret's, copied
     assert rows[0]["vmr"] == 1.0 and rows[1]["vmr"] == 0.0
     assert rows[0]["vmr_greedy"] == 1.0 and rows[1]["vmr_greedy"] == 0.0
     assert rows[0]["exposure_gap"] > rows[1]["exposure_gap"]
@@ -158,6 +160,53 @@ def test_aggregate_acr_all_failures_has_no_value():
     assert not any(k.startswith("acr") for k in aggregate([{"vmr": 0.0, "acr": None, "acr_skipped": "too long"}]))
     with pytest.raises(ValueError, match="acr_success true has no acr value"):
         aggregate([{"acr": None, "acr_success": True}])
+
+
+def _searched(freq=None, value=None, bound=None, occurrences=None):
+    return {**_acr(value, bound), "frequency": freq, "occurrences": occurrences}
+
+
+def test_aggregate_acr_reports_frequent_and_rare_secrets_apart():
+    """Frequent secrets keep the acr_* keys, rare ones (frequency ≤ rare_frequency) get acr_rare_*; in each group a
+    failure counts in the rate and never in the mean."""
+    from empriv.score.memorization import aggregate_acr
+
+    rows = [_searched(0.08, 3.0), _searched(0.06, bound=2.5), _searched(0.04, 1.0),  # frequent: 2/3, mean 2.0
+            _searched(0.01, 1.4), _searched(0.005, bound=4.0), _searched(0.001, bound=1.1),  # rare: 1/3, mean 1.4
+            _searched(0.002, bound=0.9), {"frequency": 0.001, "acr": None, "acr_skipped": "too long"}]  # not searched
+    agg = aggregate_acr(rows, rare_frequency=0.01)
+    assert agg == pytest.approx({
+        "acr_n_searched": 3, "acr_n_success": 2, "acr_success_rate": 2 / 3, "acr_mean": 2.0, "acr_max": 3.0,
+        "acr_bound_max": 2.5,  # the rare failures' bound 4.0 is not the frequent secrets'
+        "acr_rare_n_searched": 4, "acr_rare_n_success": 1, "acr_rare_success_rate": 0.25,
+        "acr_rare_mean": 1.4})  # not (1.4 + 4.0 + 1.1 + 0.9) / 4: the bounds are not measurements
+    # 0.01 itself is rare (≤), and a lower split moves it to the frequent group
+    low = aggregate_acr(rows, rare_frequency=0.005)
+    assert (low["acr_n_searched"], low["acr_n_success"], low["acr_mean"]) == (4, 3, pytest.approx((3.0 + 1.0 + 1.4) / 3))
+    assert (low["acr_rare_n_searched"], low["acr_rare_n_success"], low["acr_rare_mean"]) == (3, 0, None)
+    assert low["acr_rare_success_rate"] == 0.0
+    # through aggregate, with the library default split (score.acr.rare_frequency's default, 0.01)
+    assert {k: v for k, v in aggregate(rows).items() if k.startswith("acr")} == agg
+
+
+def test_aggregate_acr_without_rare_secrets_has_no_rare_keys_and_all_rare_no_frequent_keys():
+    from empriv.score.memorization import aggregate_acr
+
+    frequent = [_searched(0.08, 2.0), _searched(0.05, bound=1.5), _searched(None, 1.0)]  # unknown frequency: frequent
+    agg = aggregate_acr(frequent, rare_frequency=0.01)
+    assert not any(k.startswith("acr_rare") for k in agg)
+    assert (agg["acr_n_searched"], agg["acr_n_success"], agg["acr_mean"]) == (3, 2, pytest.approx(1.5))
+    # every searched secret rare: the frequent keys are absent (not a success rate 0 of 0 searches)
+    rare = [_searched(0.001, bound=1.2), _searched(0.002, bound=0.8), _searched(occurrences=3, value=2.0)]
+    agg = aggregate_acr(rare, rare_frequency=0.01, n_train=3000)  # 3 / 3000 = 0.001: rare
+    assert agg == {"acr_rare_n_searched": 3, "acr_rare_n_success": 1, "acr_rare_success_rate": pytest.approx(1 / 3),
+                   "acr_rare_mean": 2.0}
+    # without n_train the occurrences-only secret has no frequency: it counts as frequent
+    agg = aggregate_acr(rare, rare_frequency=0.01)
+    assert (agg["acr_n_searched"], agg["acr_n_success"], agg["acr_mean"], agg["acr_bound_max"]) == (1, 1, 2.0, None)
+    assert (agg["acr_rare_n_searched"], agg["acr_rare_n_success"], agg["acr_rare_mean"]) == (2, 0, None)
+    with pytest.raises(ValueError, match=r"rare_frequency must be a number in \[0, 1\), got 1\.5"):
+        aggregate_acr(rare, rare_frequency=1.5)
 
 
 def test_exposure_gap_vs_base_subtracts_the_base_models_gap(memorised, small_bpe):

@@ -77,13 +77,18 @@ class ACRSearchParams(_Section):
 
 
 class ACRParams(ACRSearchParams):
-    """Adversarial compression ratio (score/acr.py): which runs and secrets get it, and the search budget
-    (:class:`ACRSearchParams`, whose keys this section shares)."""
+    """Adversarial compression ratio (score/acr.py): which runs and secrets get it, the search budget
+    (:class:`ACRSearchParams`, whose keys this section shares) and which searched secrets are reported as rare
+    (``rare_frequency``, :func:`empriv.score.secret_frequency.is_rare_secret`)."""
 
     enabled: bool = True
     training_seeds: list[int] | None = [0]  # cube seeds whose runs get ACR (null: every run)
     epsilons: list[Epsilon] | None = None  # cube ε values whose runs get ACR (null: all); each in (0, EPSILON_MAX] or inf
     max_secrets: int | None = Field(None, ge=1)  # the first N secrets (null: all)
+    # how the searches are reported, not searched: a searched secret in at most this fraction of the training records
+    # (its frequency) is *rare* and reported apart (acr_rare_*); the others, and a secret of unknown frequency, are
+    # frequent (acr_n_searched, acr_success_rate, acr_mean …). Not a search setting: not in :attr:`search`.
+    rare_frequency: float = Field(0.01, ge=0.0, lt=1.0)
 
     @field_validator("epsilons", mode="before")
     @classmethod

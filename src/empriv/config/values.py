@@ -44,7 +44,9 @@ VARIANTS = ("tofu-1", "tofu-2", "tofu-4", "tofu-1:7", "tofu-2:6", "tofu-3:5", "t
 # Score columns of the run table (empriv.analysis.table builds it from every top-level numeric scalar of
 # records/score/<config>.json, which empriv.score.run writes from empriv.score.memorization.aggregate);
 # tests/test_validate.py checks these names against what that code produces.
-PRIVACY_SCORES = ("acr_success_rate", "acr_mean", "acr_max", "acr_bound_max", "air_mean", "air_max",
+# ACR: acr_* over the frequent secrets, acr_rare_* over those in ≤ score.acr.rare_frequency of the training records.
+PRIVACY_SCORES = ("acr_success_rate", "acr_mean", "acr_max", "acr_bound_max", "acr_rare_success_rate", "acr_rare_mean",
+                  "air_mean", "air_max",
                   "exposure_gap_mean", "exposure_gap_worst", "exposure_gap_vs_base_mean", "exposure_gap_vs_base_worst",
                   "vmr_mean", "vmr_worst", "vmr_max", "vmr_greedy_mean", "vmr_greedy_max")  # higher = more memorised
 
@@ -58,7 +60,8 @@ OTHER_SCORES = ("continuation_nll_mean", "continuation_nll_worst")  # lower = mo
 SCORE_NAMES = PRIVACY_SCORES + UTILITY_SCORES + OTHER_SCORES
 
 
-SCORE_COUNTS = ("acr_n_searched", "acr_n_success", "n_secrets", "n_controls")  # numeric columns that are not scores
+SCORE_COUNTS = ("acr_n_searched", "acr_n_success", "acr_rare_n_searched", "acr_rare_n_success", "n_secrets",
+                "n_controls")  # numeric columns that are not scores
 
 
 def parse_epsilon(value: Any, *, text: bool = False) -> int | float:

@@ -6,7 +6,7 @@
   sampled answers to the attribute prompt.
 - **ACR** is searched separately (:mod:`empriv.score.acr`, costly) and merged by the score stage; a search that
   finds no prompt is a censored record (no value, an upper bound), so ACR is summarised as a success rate and
-  the mean / max over successes only (:func:`aggregate`).
+  the mean / max over successes only (:func:`aggregate`), frequent and rare secrets apart (:func:`aggregate_acr`).
 - **Continuation NLL**: NLL of s₂'s tokens given s₁ (mean per token, and total in nats); lower
   means better memorised.
 - **Exposure gap**: mean total NLL of ``n_controls`` format-preserving perturbed controls of the
@@ -27,6 +27,7 @@ import torch
 
 from empriv.models.lm import conditional_nll
 from empriv.score.air import attribute_inference
+from empriv.score.secret_frequency import DEFAULT_RARE_FREQUENCY, is_rare_secret
 from empriv.score.vmr import greedy_verbatim_match, verbatim_memorization_ratio
 
 __all__ = ["verbatim_memorization_ratio", "greedy_verbatim_match", "continuation_nll", "exposure_gap",
@@ -50,7 +51,8 @@ def exposure_gap(model, tokenizer, secret: str, controls: Sequence[str], batch_s
 
 def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str, list[str]], score_params,
                   base_model=None, generator: torch.Generator | None = None) -> list[dict]:
-    """Per-secret scores: ids and numbers only (never the secret text).
+    """Per-secret scores: ids and numbers only (never the secret text), with the secret's ``kind``, ``occurrences``
+    and ``frequency`` in the training split (None where the secret record lacks them).
 
     With ``base_model``, each secret also gets the base model's exposure gap and the fine-tuned
     model's gap minus it (``exposure_gap_vs_base``). ``generator`` drives the sampled decoding
@@ -85,6 +87,9 @@ def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str,
             "continuation_nll_total": c_total,
             "secret_nll": secret_nll,
             "exposure_gap": gap,
+            # how often the secret is in the training split (ACR is reported by it): counts, never text
+            "kind": s.get("kind"),
+            "occurrences": s.get("occurrences"),
             "frequency": s.get("frequency"),
         }
         if base_model is not None and gap is not None:
@@ -95,23 +100,15 @@ def score_secrets(model, tokenizer, secrets: Sequence[dict], controls: dict[str,
     return rows
 
 
-def aggregate(rows: Sequence[dict]) -> dict:
+def aggregate(rows: Sequence[dict], *, rare_frequency: float = DEFAULT_RARE_FREQUENCY, n_train: int | None = None) -> dict:
     """Average case (``_mean``) and worst case over secrets (those that have the score).
 
     Memorisation scores (VMR, greedy VMR, AIR): ``_max`` is the worst case. The continuous measures keep their
     ``_worst`` (max exposure gap, min continuation NLL); VMR also keeps ``vmr_worst`` (= ``vmr_max``) for tables
     written before ``_max`` existed.
 
-    ACR is censored (:mod:`empriv.score.acr`): a search that found no prompt measured nothing. Over the secrets
-    that were searched (rows with ``acr_success``; a secret skipped as too long has none):
-
-    - ``acr_n_searched``, ``acr_n_success`` and ``acr_success_rate`` = n_success / n_searched;
-    - ``acr_mean`` / ``acr_max``: over the **successes only**, null when no search succeeded — never averaged
-      with the failures' bounds;
-    - ``acr_bound_max``: the largest upper bound among the failures (every failed secret has ACR ≤ it), null
-      when every search succeeded.
-
-    No ACR key at all when no secret was searched.
+    ACR is censored (:mod:`empriv.score.acr`) and reported by secret frequency: :func:`aggregate_acr` (with
+    ``rare_frequency`` and ``n_train``).
     """
     out = {}
     for key, worst, suffixes in (("vmr", max, ("_max", "_worst")), ("vmr_greedy", max, ("_max",)), ("air", max, ("_max",)),
@@ -123,22 +120,64 @@ def aggregate(rows: Sequence[dict]) -> dict:
         out[f"{key}_mean"] = sum(vals) / len(vals)
         for suffix in suffixes:
             out[f"{key}{suffix}"] = worst(vals)
-    out.update(aggregate_acr(rows))
+    out.update(aggregate_acr(rows, rare_frequency=rare_frequency, n_train=n_train))
     return out
 
 
-def aggregate_acr(rows: Sequence[dict]) -> dict:
-    """The ACR part of :func:`aggregate` (successes and failures counted apart; see there)."""
+def aggregate_acr(rows: Sequence[dict], *, rare_frequency: float = DEFAULT_RARE_FREQUENCY,
+                  n_train: int | None = None) -> dict:
+    """The ACR part of :func:`aggregate`: the searched secrets (rows with ``acr_success``; a secret skipped as too
+    long has none), frequent and rare ones apart.
+
+    A searched secret is **rare** when its frequency in the training split is ≤ ``rare_frequency``
+    (:func:`empriv.score.secret_frequency.is_rare_secret`: the row's ``frequency``, else ``occurrences`` /
+    ``n_train``); the others are **frequent**, and so is a secret with neither (rows without frequency information
+    aggregate exactly as before the split). Record-level DP bounds one record, not a string repeated in many: the
+    two groups are never pooled.
+
+    Frequent secrets keep the keys ACR always had:
+
+    - ``acr_n_searched``, ``acr_n_success`` and ``acr_success_rate`` = n_success / n_searched;
+    - ``acr_mean`` / ``acr_max``: over the **successes only**, null when no search succeeded — a failed search is
+      censored (no value, an upper bound) and never averaged with the successes;
+    - ``acr_bound_max``: the largest upper bound among the failures (every failed secret has ACR ≤ it), null when
+      every search succeeded.
+
+    Rare secrets: ``acr_rare_n_searched``, ``acr_rare_n_success``, ``acr_rare_success_rate`` and ``acr_rare_mean``
+    (over the successes only, null when none succeeded).
+
+    A group that was not searched has no key at all: without a rare secret no ``acr_rare_*`` key; when every searched
+    secret is rare, no frequent key (``acr_n_searched`` … absent, not a success rate of 0 over nothing); no ACR key
+    when nothing was searched.
+    """
     searched = [r for r in rows if r.get("acr_success") is not None]
     if not searched:
         return {}
     if any(r.get("acr") is None for r in searched if r["acr_success"]):
         raise ValueError("an ACR record with acr_success true has no acr value")
+    rare = [is_rare_secret(r, rare_frequency, n_train) for r in searched]
+    frequent_rows = [r for r, is_rare in zip(searched, rare) if not is_rare]
+    rare_rows = [r for r, is_rare in zip(searched, rare) if is_rare]
+    out: dict = {}
+    if frequent_rows:
+        hits, bounds = _acr_hits_and_bounds(frequent_rows)
+        out.update({"acr_n_searched": len(frequent_rows), "acr_n_success": len(hits),
+                    "acr_success_rate": len(hits) / len(frequent_rows),
+                    "acr_mean": sum(hits) / len(hits) if hits else None, "acr_max": max(hits) if hits else None,
+                    "acr_bound_max": max(bounds) if bounds else None})
+    if rare_rows:
+        hits, _ = _acr_hits_and_bounds(rare_rows)
+        out.update({"acr_rare_n_searched": len(rare_rows), "acr_rare_n_success": len(hits),
+                    "acr_rare_success_rate": len(hits) / len(rare_rows),
+                    "acr_rare_mean": sum(hits) / len(hits) if hits else None})
+    return out
+
+
+def _acr_hits_and_bounds(searched: Sequence[dict]) -> tuple[list[float], list[float]]:
+    """(ACR of every success, upper bound of every failure that has one) of searched rows."""
     hits = [float(r["acr"]) for r in searched if r["acr_success"]]
     bounds = [float(r["acr_upper_bound"]) for r in searched if not r["acr_success"] and r.get("acr_upper_bound") is not None]
-    return {"acr_n_searched": len(searched), "acr_n_success": len(hits), "acr_success_rate": len(hits) / len(searched),
-            "acr_mean": sum(hits) / len(hits) if hits else None, "acr_max": max(hits) if hits else None,
-            "acr_bound_max": max(bounds) if bounds else None}
+    return hits, bounds
 
 
 def make_controls(secrets: Sequence[dict], n_controls: int, seed: int) -> dict[str, list[str]]:

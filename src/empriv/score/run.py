@@ -41,7 +41,8 @@ def score_model(params: Params, run: RunConfig, model, base_model, tokenizer, se
         **run.as_dict(),
         "test_nll": test_nll,
         "utility": "answer-token NLL" if tofu else "token NLL",
-        **aggregate(rows),
+        # ACR by secret frequency: the acr_* keys over the frequent secrets, acr_rare_* over the rare ones
+        **aggregate(rows, rare_frequency=sp.acr.rare_frequency),
         "n_secrets": len(rows),
         "vmr_protocol": {"samples": sp.vmr_samples, "temperature": sp.temperature, "top_k": sp.top_k, "top_p": sp.top_p,
                          "max_new_tokens": "token length of s2"},
@@ -53,8 +54,12 @@ def score_model(params: Params, run: RunConfig, model, base_model, tokenizer, se
     shown = ", ".join(f"{k} {metrics[k]:.3f}" for k in ("exposure_gap_mean", "exposure_gap_vs_base_mean", "vmr_mean",
                                                           "air_mean") if metrics.get(k) is not None)
     if metrics.get("acr_n_searched"):
-        shown += (f", ACR found a prompt for {metrics['acr_n_success']}/{metrics['acr_n_searched']} secrets"
+        shown += (f", ACR found a prompt for {metrics['acr_n_success']}/{metrics['acr_n_searched']} frequent secrets"
                   + (f" (mean {metrics['acr_mean']:.3f}, max {metrics['acr_max']:.3f} over those)" if metrics["acr_n_success"] else ""))
+    if metrics.get("acr_rare_n_searched"):
+        shown += (f", for {metrics['acr_rare_n_success']}/{metrics['acr_rare_n_searched']} rare secrets (≤ "
+                  f"{100 * sp.acr.rare_frequency:g} % of the records)"
+                  + (f" (mean {metrics['acr_rare_mean']:.3f} over those)" if metrics["acr_rare_n_success"] else ""))
     log.info("%s: test NLL %.4f, %s (%.1f s)", run.name, test_nll, shown, metrics["wall_time_s"])
     return metrics
 
@@ -69,14 +74,17 @@ def run_acr(model, tokenizer, secrets: list[dict], rows: list[dict], acr_params,
     """Search ACR where params ask for it; merge each secret's record into its row; describe what ran.
 
     Each searched secret's row gets ``acr_success``, ``acr`` (None on a failure) and ``acr_upper_bound`` (failures);
-    :func:`empriv.score.memorization.aggregate` turns them into the run's success rate and ACR over successes.
-    ``n_skipped`` counts secrets too long for the model's window (not searched), never failed searches."""
+    :func:`empriv.score.memorization.aggregate` turns them into the run's success rate and ACR over successes, the
+    frequent and the rare secrets apart. ``n_skipped`` counts secrets too long for the model's window (not searched),
+    never failed searches. The record holds every search setting and ``rare_frequency``, the split the run's
+    aggregates (and the analysis of its rows) use."""
     from empriv.score.acr import acr_of_secrets, settings_from_params
 
     settings = settings_from_params(acr_params)
     chosen = acr_secrets(secrets, acr_params) if acr_params.applies_to(run) else []
     # every search setting, from the settings model itself (a new one is recorded without a line here)
-    record = {"ran": bool(chosen), "n_secrets": len(chosen), **settings.model_dump(mode="json"), "lengths": "tokens"}
+    record = {"ran": bool(chosen), "n_secrets": len(chosen), **settings.model_dump(mode="json"), "lengths": "tokens",
+              "rare_frequency": acr_params.rare_frequency}  # how the searches are reported, not a search setting
     if not chosen:
         record["why_not"] = ("score.acr.enabled is false" if not acr_params.enabled else
                              "no string (Enron-like) secrets" if not acr_secrets(secrets, acr_params) else
