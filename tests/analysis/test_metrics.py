@@ -71,6 +71,23 @@ def test_summary_pools_acr_counts_and_takes_the_highest_audit_bound(runs):
     assert s["eps8"]["audit_eps_lb_95"] == pytest.approx(1.0)
     no_audit = summary_metrics(runs, SCORES, "test_nll", None)
     assert "audit_eps_lb_95" not in no_audit["eps8"] and "acr_searched" not in no_audit["eps8"]
+    assert not any(k.startswith("acr_rare") for k in s["eps8"])  # no rare secret searched: no rare key
+
+
+def test_summary_pools_the_rare_secrets_acr_counts_apart(runs):
+    """acr_searched / acr_success count the frequent secrets' searches (acr_n_*), acr_rare_searched /
+    acr_rare_success the rare ones' (acr_rare_n_*), per ε and only where such a search ran."""
+    t = runs.with_columns(pl.when(pl.col("seed") == 0).then(4).alias("acr_n_searched"),
+                          pl.when(pl.col("seed") == 0).then(3).alias("acr_n_success"),
+                          pl.when((pl.col("seed") == 0) & (pl.col("epsilon") == 8.0)).then(5).alias("acr_rare_n_searched"),
+                          pl.when((pl.col("seed") == 0) & (pl.col("epsilon") == 8.0))
+                          .then(pl.when(pl.col("batch_size") == 64).then(1).otherwise(0)).alias("acr_rare_n_success"))
+    s = summary_metrics(t, SCORES, "test_nll", None)
+    assert (s["eps8"]["acr_searched"], s["eps8"]["acr_success"]) == (32, 24)  # 8 seed-0 runs × 4, × 3
+    n64 = t.filter((pl.col("seed") == 0) & (pl.col("epsilon") == 8.0) & (pl.col("batch_size") == 64)).height
+    assert (s["eps8"]["acr_rare_searched"], s["eps8"]["acr_rare_success"]) == (40, n64) and n64 > 0
+    assert "acr_rare_searched" not in s["eps2"] and s["eps2"]["acr_searched"] == 32
+    assert numbers_only(s) == []
 
 
 def test_config_table_has_one_flat_entry_per_configuration(runs):

@@ -8,7 +8,7 @@ import math
 import polars as pl
 import pytest
 
-from empriv.analysis.table import config_table, read_run_table, retention_filter, run_table
+from empriv.analysis.table import config_table, read_run_table, retention_filter, run_table, score_records
 from empriv.config import ConfigError, parse_params
 
 
@@ -49,6 +49,23 @@ def test_run_table_takes_every_numeric_score_and_joins_audit(tmp_path):
     assert t["audit_auc"].to_list() == [0.61, None, None, None]
     assert t["exposure_gap_worst"].null_count() == 4  # a known column absent from every file: all null
     assert t["epsilon_prv"].to_list()[2] == math.inf
+
+
+def test_score_records_are_those_of_the_cube_and_the_named_runs(tmp_path):
+    p = params()
+    for run in p.runs():
+        write(tmp_path / "train" / f"{run.file_stem}.json", {"sampler": "poisson"})
+        write(tmp_path / "score" / f"{run.file_stem}.json", {"config": run.name, "seed": run.seed,
+                                                          "per_secret": [{"id": "s1", "acr_success": False}]})
+    write(tmp_path / "score" / "record" / "eps2-b32-T3-lr0.01-s0.json", {"config": "stale"})  # not in the cube
+    got = score_records(p, tmp_path / "train", tmp_path / "score")
+    assert sorted(r["config"] for r in got) == sorted(r.name for r in p.runs()) and len(got) == 4
+    assert got[0]["per_secret"] == [{"id": "s1", "acr_success": False}]
+    t = run_table(p, tmp_path / "train", tmp_path / "score")
+    seed0 = set(t.filter(pl.col("seed") == 0)["config"].to_list())
+    assert [r["seed"] for r in score_records(p, tmp_path / "train", tmp_path / "score", configs=seed0)] == [0, 0]
+    (tmp_path / "train" / f"{p.runs()[0].file_stem}.json").unlink()  # no train record: left out, as run_table would
+    assert len(score_records(p, tmp_path / "train", tmp_path / "score")) == 3
 
 
 def test_run_table_names_missing_runs(tmp_path):

@@ -203,7 +203,9 @@ def test_format_summary_names_acr_over_successes_with_n(acr_runs):
     rows = {line.split()[0]: line for line in lines[2:4]}
     assert "none (n=0)" in rows["2"] and "0.000 ± 0.000" in rows["2"]  # no value vs a measured rate of 0
     assert "2.550 ± 0.071 [0.707] (n=2/3)" in rows["inf"]
-    assert "ε = 2: 0/36 (4 runs); ε = inf: 4/45 (5 runs)" in lines[-1]
+    # one line per ε; no rare secret in these runs (no acr_rare_* column): the counts are not split
+    assert lines[5:7] == ["ACR at ε = 2: 0/36 found (4 runs)", "ACR at ε = inf: 4/45 found (5 runs)"]
+    assert "acr_mean/acr_max are over the successes only" in lines[7] and "rare" not in text
     assert len({len(line) for line in lines[:4]}) == 1
 
 
@@ -330,5 +332,61 @@ def test_format_summary_says_which_epsilons_were_not_searched(acr_runs):
     no_search_at_2 = acr_runs.with_columns(
         pl.when(pl.col("epsilon") == 2.0).then(None).otherwise(pl.col(c)).alias(c)
         for c in ("acr_n_searched", "acr_n_success", "acr_success_rate"))
-    line = format_summary(summarize(no_search_at_2, scores), scores).splitlines()[-1]
-    assert "ε = 2: not searched; ε = inf: 4/45 (5 runs)" in line
+    lines = format_summary(summarize(no_search_at_2, scores), scores).splitlines()
+    assert lines[5:7] == ["ACR at ε = 2: not searched", "ACR at ε = inf: 4/45 found (5 runs)"]
+    assert "'not searched': no run of that ε is in score.acr.epsilons / training_seeds" in lines[-1]
+
+
+def test_summary_pools_frequent_and_rare_searches_apart(acr_runs):
+    """acr_searches stays the pooled count of the acr_n_* columns (the frequent secrets since the split);
+    acr_rare_searches pools acr_rare_n_*, and the per-ε lines give both."""
+    scores = ["acr_mean", "acr_success_rate"]
+    # every searched run also searched 3 rare secrets; one ε = inf run found one of them
+    t = acr_runs.with_columns(
+        pl.when(pl.col("acr_n_searched").is_not_null()).then(3.0).alias("acr_rare_n_searched"),
+        pl.when(pl.col("acr_n_searched").is_null()).then(None)
+        .when((pl.col("group") == "D") & (pl.col("seed") == 1)).then(1.0).otherwise(0.0).alias("acr_rare_n_success"))
+    out = summarize(t, scores)
+    assert out["inf"]["acr_searches"] == {"n_runs": 5, "n_searched": 45, "n_success": 4, "success_rate": pytest.approx(4 / 45)}
+    assert out["inf"]["acr_rare_searches"] == {"n_runs": 5, "n_searched": 15, "n_success": 1,
+                                               "success_rate": pytest.approx(1 / 15)}
+    assert out["2"]["acr_rare_searches"] == {"n_runs": 4, "n_searched": 12, "n_success": 0, "success_rate": 0.0}
+    lines = format_summary(out, scores).splitlines()
+    assert lines[5:7] == ["ACR at ε = 2: frequent secrets 0/36 found (4 runs); rare 0/12 found (4 runs)",
+                          "ACR at ε = inf: frequent secrets 4/45 found (5 runs); rare 1/15 found (5 runs)"]
+    # only rare secrets searched at ε = 2: the frequent group says 'not searched', not 0/0
+    only_rare = t.with_columns(pl.when(pl.col("epsilon") == 2.0).then(None).otherwise(pl.col(c)).alias(c)
+                               for c in ("acr_n_searched", "acr_n_success"))
+    assert format_summary(summarize(only_rare, scores), scores).splitlines()[5] == (
+        "ACR at ε = 2: frequent secrets not searched; rare 0/12 found (4 runs)")
+
+
+def test_summary_record_prints_acr_by_secret_frequency():
+    """With acr_by_frequency (the analyze stage adds it), a line per ε from it and the table by secret."""
+    from analysis_tables import make_run_table
+
+    from empriv.analysis.acr_frequency import acr_by_frequency
+    from empriv.analysis.variance import format_summary_record, summary_record
+
+    def row(sid, frequency, acr=None):
+        return {"id": sid, "kind": "phone_block", "occurrences": round(frequency * 3000), "frequency": frequency,
+                "acr_success": acr is not None, "acr": acr, "acr_upper_bound": None if acr else 2.0}
+
+    records = [{"epsilon": 8, "per_secret": [row("secret-00", 0.08, 3.0), row("secret-01", 0.04, 2.5),
+                                             row("secret-07", 0.002), row("secret-08", 0.001)]},
+               {"epsilon": 8, "per_secret": [row("secret-00", 0.08, 3.5), row("secret-01", 0.04),
+                                             row("secret-07", 0.002), row("secret-08", 0.001)]}]
+    record = summary_record(make_run_table(), ["exposure_gap_mean"])
+    assert "ACR at" not in format_summary_record(record)  # no ACR column, no record of searches: no line
+    record["acr_by_frequency"] = acr_by_frequency(records)
+    text = format_summary_record(record)
+    lines = text.splitlines()
+    assert "ACR at ε = 2: not searched" in lines and "ACR at ε = inf: not searched" in lines
+    assert ("ACR at ε = 8, 2 runs: frequent secrets (≥ 4 %, 2 secrets) 3/4 found, ACR 3.00; "
+            "rare (≤ 0.2 %, 2 secrets) 0/4 found") in lines
+    table = text.split("ACR by secret frequency")[1].splitlines()
+    assert table[2].split() == ["secret", "kind", "records", "frequency", "group", "ε", "=", "8"]
+    assert table[4].split() == ["secret-00", "phone_block", "240", "8", "%", "frequent", "2/2", "3.25"]
+    assert table[7].split() == ["secret-08", "phone_block", "3", "0.1", "%", "rare", "0/2"]
+    acr_part = lines[next(i for i, line in enumerate(lines) if line.startswith("ACR at")):]
+    assert len(acr_part) == 3 + 3 + 1 + 2 + 2 + 4 + 2 and max(len(line) for line in acr_part) <= 140

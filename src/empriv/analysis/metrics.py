@@ -112,7 +112,10 @@ def summary_metrics(table, scores: list[str], utility: str, base_utility: float 
     run table and for ``utility``, mean / std / worst over configuration means (seeds averaged first) with the mean's
     standard errors over configurations (``se``, ``n``) and over seeds (``se_seed``, ``n_runs``: :func:`_stats`);
     exact values (:func:`empriv.analysis.precision.round_metrics` writes them rounded); the pooled ACR
-    search counts where searches ran; the audit's ε̂ lower bound (highest over the audited configurations)."""
+    search counts where searches ran, frequent and rare secrets apart (``acr_searched`` / ``acr_success``: the
+    frequent secrets, every secret of runs without frequency information; ``acr_rare_searched`` /
+    ``acr_rare_success``: the secrets in ≤ ``score.acr.rare_frequency`` of the training records, only where one was
+    searched); the audit's ε̂ lower bound (highest over the audited configurations)."""
     import polars as pl
 
     from empriv.analysis.table import config_table
@@ -130,10 +133,12 @@ def summary_metrics(table, scores: list[str], utility: str, base_utility: float 
         entry.update({"n_configs": g.height, "n_runs": runs.height})
         for s in present:
             entry[s] = _score_stats(g, s)
-        searched = _values(runs, "acr_n_searched")
-        if searched:
-            entry["acr_searched"] = int(sum(searched))
-            entry["acr_success"] = int(sum(_values(runs, "acr_n_success")))
+        # pooled ACR search counts: the frequent secrets' (acr_searched, acr_success) and the rare ones'
+        for prefix in ("acr", "acr_rare"):
+            searched = _values(runs, f"{prefix}_n_searched")
+            if searched:
+                entry[f"{prefix}_searched"] = int(sum(searched))
+                entry[f"{prefix}_success"] = int(sum(_values(runs, f"{prefix}_n_success")))
         for c in audit:
             vals = _values(g, c)
             if vals:

@@ -17,6 +17,10 @@ def write_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
     split series by: ``score`` and ``epsilon`` / ``epsilon_label`` (ε = ∞ as "∞", so it is a category on an axis
     and never a non-number in a numeric one) everywhere, ``group`` (variance), ``rule`` (heuristics), ``layout`` and
     ``method`` (risks), ``method`` (selection, the oracle as a method of its own).
+
+    With ``analysis["acr_by_frequency"]`` (:mod:`empriv.analysis.acr_frequency`), ``acr_by_frequency.csv``: one row
+    per ε and searched secret (its id, occurrences, frequency, ``rare`` 1/0, searches, successes, success rate and the
+    ACR over successes; :data:`empriv.analysis.acr_frequency.PLOT_HEADER`).
     """
     out_dir = Path(out_dir)
     paths = []
@@ -54,6 +58,10 @@ def write_plot_data(analysis: dict, configs, out_dir: Path) -> list[Path]:
     paths.append(write_rows(out_dir / "selection.csv", ["epsilon", "epsilon_label", "score", "threshold", "method", "config",
                                                         "score_value", "oracle_score"], lay))
     paths += write_research_plot_data(analysis, configs, out_dir)
+    if analysis.get("acr_by_frequency") is not None:  # per ε and searched secret (the analyze stage adds it)
+        from empriv.analysis.acr_frequency import PLOT_HEADER, plot_rows
+
+        paths.append(write_rows(out_dir / "acr_by_frequency.csv", PLOT_HEADER, plot_rows(analysis["acr_by_frequency"])))
     if analysis.get("adaptation_audit"):
         from empriv.analysis.adaptation_audit import write_adaptation_plot_data
 

@@ -197,6 +197,23 @@ def _methods_section(m: dict, figures: dict) -> list[str]:
     return out
 
 
+def _acr_frequency_section(result: dict) -> list[str]:
+    """ACR per ε by secret frequency (:mod:`empriv.analysis.acr_frequency`): one row per searched secret."""
+    from empriv.analysis.acr_frequency import percent, secret_table
+
+    if not result.get("secrets"):
+        return []
+    header, rows = secret_table(result)
+    return ["<h2 id=\"acr-by-frequency\">ACR by secret frequency</h2>"
+            "<p>Secrets in at most <code>score.acr.rare_frequency</code> = "
+            f"{_esc(percent(result['rare_frequency']))} of the training records are shown apart as <i>rare</i>: "
+            "record-level ε bounds what one record can leak, not a string repeated in many records, so frequent "
+            "secrets can be memorised under DP while rare ones stay protected. Per ε: <i>k/m</i> = runs whose search "
+            "found a prompt / runs that searched the secret, then the ACR over those successes (a failed search has "
+            "no value, only an upper bound); – = not searched at that ε; the <i>all</i> rows pool the searches of "
+            "every secret of the group.</p>", _table(header, rows, left=2)]
+
+
 def _audit_spread_section(spread: dict, figures: dict) -> list[str]:
     out = ["<h2>Audited ε̂ across configurations at equal ε</h2>"]
     if not spread.get("eligible"):
@@ -336,6 +353,7 @@ def render_html(analysis: dict, figures: dict[str, Path], *, cube: dict, params:
     parts += _one_at_a_time_section(a.get("one_at_a_time") or {}, figures)
     if "hyperparameters" in figures:
         parts.append(_img(figures["hyperparameters"], "score and utility versus hyperparameters", CAPTIONS["hyperparameters"]))
+    parts += _acr_frequency_section(a.get("acr_by_frequency") or {})
 
     # -- regression
     parts.append("<h2>Regression on hyperparameters (log space)</h2>")

@@ -143,7 +143,8 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
     acr_over_successes = [s for s in scores if s in ("acr_mean", "acr_max")]
     if acr_over_successes:
         notes.append(f"{' and '.join(acr_over_successes)} {'is' if len(acr_over_successes) == 1 else 'are'} over successful "
-                     "ACR searches only: a run where no search found "
+                     "ACR searches only, of the frequent secrets (those in ≤ score.acr.rare_frequency of the training "
+                     "records are reported apart: acr_rare_*, 'ACR by secret frequency'): a run where no search found "
                      "a prompt has no value (a failed search is censored: only an upper bound is known), and "
                      "acr_success_rate is the fraction of searched secrets with a success")
 

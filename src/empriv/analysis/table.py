@@ -134,44 +134,39 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
     rows, missing = [], []
     score_keys: dict[str, None] = dict.fromkeys(SCORE_COLUMNS)
     audit_keys: dict[str, None] = {}
-    for run in params.runs():
-        for method in run_methods(params, run):
-            tpath = find_record(train_dir, run, method)
-            t = read_json(tpath) if tpath is not None else None
-            run_method = method or (record_method(t) if t is not None else DEFAULT_METHOD)
-            spath = find_record(score_dir, run, method, default_method=run_method)
-            if t is None or spath is None:
-                missing.append(run_name(run, method))
-                continue
-            s = read_json(spath)
-            trainable = _numeric(t.get("trainable_parameters", s.get("trainable_parameters")))
-            row: dict[str, Any] = {
-                "config": run_name(run, method),
-                "group": base_group(run),
-                "epsilon": float(run.epsilon),
-                "batch_size": run.batch_size,
-                "steps": run.steps,
-                "learning_rate": float(run.learning_rate),
-                "seed": run.seed,
-                "unit": run.unit,  # the privacy unit (record, group-k5-longest, userwise-k10-chunk)
-                "method": run_method,  # the adaptation method (full, lora, prefix, prompt, head, dpflat …)
-                "trainable_parameters": (int(trainable) if isinstance(trainable, (int, float))
-                                         and math.isfinite(trainable) else None),
-                "compute": run.batch_size * run.steps,  # C = b·T
-                "update": run.batch_size * run.steps * run.learning_rate,  # U = C·η
-            }
-            for k in TRAIN_COLUMNS:
-                v = t.get(k)
-                row[k] = parse_float(v) if k.startswith("epsilon_") and v is not None else v
-            scores = numeric_scalars(s, NON_SCORE_KEYS | set(row))
-            score_keys.update(dict.fromkeys(scores))
-            row["__scores"] = scores
-            apath = find_record(audit_dir, run, method, default_method=run_method) if audit_dir is not None else None
-            audit = (numeric_scalars(read_json(apath), NON_SCORE_KEYS | set(row) | set(scores))
-                     if apath is not None else {})
-            audit_keys.update(dict.fromkeys(audit))
-            row["__audit"] = audit
-            rows.append(row)
+    for run, method, run_method, t, spath in _cube_records(params, train_dir, score_dir):
+        if t is None or spath is None:
+            missing.append(run_name(run, method))
+            continue
+        s = read_json(spath)
+        trainable = _numeric(t.get("trainable_parameters", s.get("trainable_parameters")))
+        row: dict[str, Any] = {
+            "config": run_name(run, method),
+            "group": base_group(run),
+            "epsilon": float(run.epsilon),
+            "batch_size": run.batch_size,
+            "steps": run.steps,
+            "learning_rate": float(run.learning_rate),
+            "seed": run.seed,
+            "unit": run.unit,  # the privacy unit (record, group-k5-longest, userwise-k10-chunk)
+            "method": run_method,  # the adaptation method (full, lora, prefix, prompt, head, dpflat …)
+            "trainable_parameters": (int(trainable) if isinstance(trainable, (int, float))
+                                     and math.isfinite(trainable) else None),
+            "compute": run.batch_size * run.steps,  # C = b·T
+            "update": run.batch_size * run.steps * run.learning_rate,  # U = C·η
+        }
+        for k in TRAIN_COLUMNS:
+            v = t.get(k)
+            row[k] = parse_float(v) if k.startswith("epsilon_") and v is not None else v
+        scores = numeric_scalars(s, NON_SCORE_KEYS | set(row))
+        score_keys.update(dict.fromkeys(scores))
+        row["__scores"] = scores
+        apath = find_record(audit_dir, run, method, default_method=run_method) if audit_dir is not None else None
+        audit = (numeric_scalars(read_json(apath), NON_SCORE_KEYS | set(row) | set(scores))
+                 if apath is not None else {})
+        audit_keys.update(dict.fromkeys(audit))
+        row["__audit"] = audit
+        rows.append(row)
     if missing:
         raise ConfigError(f"missing train/score metrics for {len(missing)} configuration(s), e.g. {missing[:3]}: run dvc repro")
     if len({r["method"] for r in rows}) > 1:
@@ -188,6 +183,30 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
     schema_overrides = {k: pl.Float64 for k in ordered + audit_cols}
     schema_overrides["trainable_parameters"] = pl.Int64
     return pl.DataFrame(rows, infer_schema_length=None, schema_overrides=schema_overrides)
+
+
+def _cube_records(params: Params, train_dir: str | Path, score_dir: str | Path):
+    """(run, method, the run's method, its train record or None, its score record's path or None) of every run of the
+    current cube and method, located as :func:`run_table` reads them."""
+    for run in params.runs():
+        for method in run_methods(params, run):
+            tpath = find_record(train_dir, run, method)
+            t = read_json(tpath) if tpath is not None else None
+            run_method = method or (record_method(t) if t is not None else DEFAULT_METHOD)
+            yield run, method, run_method, t, find_record(score_dir, run, method, default_method=run_method)
+
+
+def score_records(params: Params, train_dir: str | Path, score_dir: str | Path,
+                  configs: set[str] | None = None) -> list[dict]:
+    """The score record (the score stage's JSON, ``per_secret`` rows included) of every run of the current cube
+    (``params.runs()``: stale files of removed configurations are not read), found as :func:`run_table` finds them;
+    ``configs``: only the runs of these names (the run table's ``config``). A run without records is left out
+    (:func:`run_table` is the one that says so)."""
+    out = []
+    for run, method, _, t, spath in _cube_records(params, train_dir, score_dir):
+        if t is not None and spath is not None and (configs is None or run_name(run, method) in configs):
+            out.append(read_json(spath))
+    return out
 
 
 def audit_runs_outside_cube(params: Params, audit_dir: str | Path, table=None) -> list[str]:

@@ -19,6 +19,13 @@ from empriv.analysis.table import epsilon_label
 
 
 def summarize(table, scores: list[str]) -> dict:
+    """Per ε label: ``n_configs``, ``n_runs`` and, for every score, the mean, std across configurations, min, max and
+    mean seed std of the configuration means (with how many configurations and runs have a value).
+
+    Where ACR was searched, ``acr_searches`` pools the search counts of the **frequent** secrets (the run table's
+    ``acr_n_searched`` / ``acr_n_success``, which since the frequency split cover the frequent secrets only; a table of
+    runs without frequency information counts every secret as frequent, as before) and ``acr_rare_searches`` those of
+    the rare ones (``acr_rare_n_*``): ``n_runs`` that searched, ``n_searched``, ``n_success``, ``success_rate``."""
     import polars as pl
 
     missing = [s for s in scores if s not in table.columns]
@@ -32,13 +39,15 @@ def summarize(table, scores: list[str]) -> dict:
     def x(s):
         return pl.col(s).cast(pl.Float64).fill_nan(None)
 
-    acr_counts = [c for c in ("acr_n_searched", "acr_n_success") if c in table.columns]
+    # ACR search counts, pooled per ε: the frequent secrets' (acr_n_*) and the rare ones' (acr_rare_n_*)
+    pools = {name: prefix for name, prefix in (("acr_searches", "acr"), ("acr_rare_searches", "acr_rare"))
+             if {f"{prefix}_n_searched", f"{prefix}_n_success"} <= set(table.columns)}
     per_config = table.group_by(["epsilon", "group"], maintain_order=True).agg(  # a fixed order: bit-identical sums
         *[x(s).mean().alias(s) for s in scores],
         *[x(s).std(ddof=1).alias(f"{s}__seed_std") for s in scores],
         *[x(s).is_not_null().sum().alias(f"{s}__n_runs") for s in scores],
-        *[x(c).sum().alias(f"{c}__sum") for c in acr_counts],
-        *([x("acr_n_searched").is_not_null().sum().alias("acr__runs_searched")] if acr_counts else []),
+        *[x(f"{prefix}_n_{c}").sum().alias(f"{prefix}_n_{c}__sum") for prefix in pools.values() for c in ("searched", "success")],
+        *[x(f"{prefix}_n_searched").is_not_null().sum().alias(f"{prefix}__runs_searched") for prefix in pools.values()],
         pl.len().alias("n_seeds"),
     )
     out: dict = {}
@@ -56,11 +65,13 @@ def summarize(table, scores: list[str]) -> dict:
                 "n_configs_with_value": int(col.len()),
                 "n_runs_with_value": int(g[f"{s}__n_runs"].sum()),
             }
-        if len(acr_counts) == 2 and int(g["acr__runs_searched"].sum()):
-            searched, success = int(g["acr_n_searched__sum"].sum()), int(g["acr_n_success__sum"].sum())
-            # pooled over every searched secret of every run at this ε (runs that did not search are not counted)
-            entry["acr_searches"] = {"n_runs": int(g["acr__runs_searched"].sum()), "n_searched": searched,
-                                     "n_success": success, "success_rate": success / searched if searched else None}
+        for name, prefix in pools.items():
+            if int(g[f"{prefix}__runs_searched"].sum()):
+                searched, success = int(g[f"{prefix}_n_searched__sum"].sum()), int(g[f"{prefix}_n_success__sum"].sum())
+                # pooled over every searched secret of the group in every run at this ε (runs that did not search
+                # one are not counted)
+                entry[name] = {"n_runs": int(g[f"{prefix}__runs_searched"].sum()), "n_searched": searched,
+                               "n_success": success, "success_rate": success / searched if searched else None}
         out[epsilon_label(eps)] = entry
     return out
 
@@ -75,12 +86,15 @@ def _nan_none(x):
 SCORE_LABELS = {"acr_mean": "acr_mean over successes", "acr_max": "acr_max over successes"}
 
 
-def format_summary(summary: dict, scores: list[str]) -> str:
+def format_summary(summary: dict, scores: list[str], acr_by_frequency: dict | None = None) -> str:
     """A readable table: one row per ε, mean ± std across configurations for each score.
 
     A cell that summarises fewer configurations than the ε has says so (``n=k/m``): the others have no value (ACR
     over successes where no search succeeded, or a score not computed for them) and are left out, not read as 0;
-    a cell with no value at all reads "none". Where ACR ran, a line per ε gives its searches' pooled success count."""
+    a cell with no value at all reads "none". Where ACR ran, a line per ε gives its searches, the frequent and the rare
+    secrets apart: from ``acr_by_frequency`` (:func:`empriv.analysis.acr_frequency.acr_by_frequency`: frequencies and
+    ACR over successes too) when given, else the pooled counts of ``summary`` (``acr_searches``,
+    ``acr_rare_searches``)."""
     head = ["eps", "configs"] + [SCORE_LABELS.get(s, s) for s in scores]
     lines = []
     rows = [head]
@@ -108,14 +122,32 @@ def format_summary(summary: dict, scores: list[str]) -> str:
             lines.append("  ".join("-" * w for w in widths))
     lines.append("mean ± std across configurations at each ε (seeds averaged first) "
                  "[mean std across seeds within a configuration] (n=k/m: only k of the m configurations have a value)")
-    searches = {eps: e["acr_searches"] for eps, e in summary.items() if e.get("acr_searches")}
-    if searches:
-        lines.append("ACR searches that found a prompt: " + "; ".join(
-            f"ε = {eps}: {searches[eps]['n_success']}/{searches[eps]['n_searched']} ({searches[eps]['n_runs']} runs)"
-            if eps in searches else f"ε = {eps}: not searched" for eps in summary)
-            + " — acr_mean/acr_max are over these successes only; a failed search has no value (only an upper bound);"
-              " 'not searched': no run of that ε is in score.acr.epsilons / training_seeds")
+    if acr_by_frequency is not None and acr_by_frequency.get("secrets"):
+        from empriv.analysis.acr_frequency import epsilon_lines
+
+        lines += epsilon_lines(acr_by_frequency, list(summary))
+    elif any(e.get("acr_searches") or e.get("acr_rare_searches") for e in summary.values()):
+        split = any(e.get("acr_rare_searches") for e in summary.values())  # else: no rare secret searched (or an old table)
+        lines += [_acr_counts_line(eps, e, split) for eps, e in summary.items()]
+        lines.append("  k/m: searches that found a prompt" + (" (rare: ≤ score.acr.rare_frequency of the training records)"
+                                                              if split else "")
+                     + "; acr_mean/acr_max are over the successes only; a failed search has no value (only an upper bound);")
+        lines.append("  'not searched': no run of that ε is in score.acr.epsilons / training_seeds")
     return "\n".join(lines)
+
+
+def _acr_counts_line(eps: str, entry: dict, split: bool) -> str:
+    """One ε's pooled ACR search counts (:func:`summarize`); ``split``: the frequent and the rare secrets apart."""
+    def part(g: dict) -> str:
+        return f"{g['n_success']}/{g['n_searched']} found ({g['n_runs']} runs)"
+
+    frequent, rare = entry.get("acr_searches"), entry.get("acr_rare_searches")
+    if not frequent and not rare:
+        return f"ACR at ε = {eps}: not searched"
+    if not split:
+        return f"ACR at ε = {eps}: {part(frequent)}"
+    return (f"ACR at ε = {eps}: frequent secrets {part(frequent) if frequent else 'not searched'}; "
+            f"rare {part(rare) if rare else 'not searched'}")
 
 
 def summary_record(table, scores: list[str], main_unit: str = "record") -> dict:
@@ -124,7 +156,8 @@ def summary_record(table, scores: list[str], main_unit: str = "record") -> dict:
     units, ``unit``, ``n_runs_all_units`` and ``by_unit`` (each unit, main method); with several methods,
     ``method``, ``n_runs_all_methods`` and ``by_method`` (each method, main unit). One unit and one method: exactly
     the keys it had before units and methods existed. The analyze stage adds ``table8`` (the analysis' Table 8 of
-    its primary score, :func:`table8`), which :func:`format_summary_record` prints under the main table."""
+    its primary score, :func:`table8`), which :func:`format_summary_record` prints under the main table, and
+    ``acr_by_frequency`` (:func:`empriv.analysis.acr_frequency.acr_by_frequency` of the main table's runs)."""
     import polars as pl
 
     from empriv.analysis.table import main_method, table_methods
@@ -149,12 +182,19 @@ def summary_record(table, scores: list[str], main_unit: str = "record") -> dict:
 
 
 def format_summary_record(summary: dict) -> str:
-    """The whole summary for the terminal: the main table (:func:`format_summary`), then one table per other
-    privacy unit and per other adaptation method, each under a heading."""
+    """The whole summary for the terminal: the main table (:func:`format_summary`, with the per-ε ACR lines by secret
+    frequency when the record has ``acr_by_frequency``), Table 8's lines, the table of ACR by secret frequency
+    (:func:`empriv.analysis.acr_frequency.format_secret_table`), then one table per other privacy unit and per other
+    adaptation method, each under a heading."""
+    from empriv.analysis.acr_frequency import format_secret_table
+
     scores = summary["scores"]
-    parts = [format_summary(summary["per_epsilon"], scores)]
+    by_frequency = summary.get("acr_by_frequency")
+    parts = [format_summary(summary["per_epsilon"], scores, by_frequency)]
     if (summary.get("table8") or {}).get("per_epsilon"):
         parts[0] += "\n" + format_table8(summary["table8"])
+    if by_frequency and by_frequency.get("secrets"):
+        parts[0] += "\n\n" + format_secret_table(by_frequency)
     heads = []
     if summary.get("by_unit"):
         heads.append(f"unit {summary.get('unit')}")

@@ -1,7 +1,7 @@
-"""analyze: every run in one table → records/runs.csv; per-ε statistics of every score → records/scores_by_epsilon.json;
-the research's analysis → records/analysis.json; the DVC metrics (compact, numbers only: metrics/summary.json,
-metrics/configs.json, metrics/analysis.json; see empriv.analysis.metrics); plots/analysis/ (PNGs + DVC plot data) and
-the self-contained reports/report.html."""
+"""analyze: every run in one table → records/runs.csv; per-ε statistics of every score (and ACR by secret frequency,
+frequent and rare secrets apart) → records/scores_by_epsilon.json; the research's analysis → records/analysis.json;
+the DVC metrics (compact, numbers only: metrics/summary.json, metrics/configs.json, metrics/analysis.json; see
+empriv.analysis.metrics); plots/analysis/ (PNGs + DVC plot data) and the self-contained reports/report.html."""
 
 from __future__ import annotations
 
@@ -43,11 +43,12 @@ def main(params: Params) -> dict:
     from empriv.analysis.report import render_html, write_report
     import polars as pl
 
+    from empriv.analysis.acr_frequency import acr_by_frequency
     from empriv.analysis.adaptation_audit import analyze_adaptation_audit
     from empriv.analysis.metrics import analysis_metrics, config_metrics, summary_metrics_by_unit
     from empriv.analysis.precision import round_metrics
     from empriv.analysis.stage import compute_analysis, format_analysis
-    from empriv.analysis.table import audit_runs_outside_cube, run_table
+    from empriv.analysis.table import audit_runs_outside_cube, run_table, score_records
     from empriv.analysis.variance import format_summary_record, summary_record
 
     ap = params.analyze
@@ -72,6 +73,10 @@ def main(params: Params) -> dict:
         analysis["adaptation_audit"] = adaptation
     if analysis.get("table8"):  # `empriv summary` prints it under the table: Table 8 of the primary score per ε
         summary["table8"] = analysis["table8"]
+    # ACR per ε by secret frequency (frequent and rare secrets apart), over the runs of the summary's main table
+    main_runs = table.filter(pl.col("method") == summary["method"]) if summary.get("method") else table
+    analysis["acr_by_frequency"] = summary["acr_by_frequency"] = acr_by_frequency(
+        score_records(params, paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR, configs=set(main_runs["config"].to_list())))
     if len(units) > 1:
         analysis["notes"].append(f"privacy units {', '.join(units)}: this analysis covers the {main_unit} runs; every "
                                  "unit's per-ε summary is in the 'Record- vs user-level' table and metrics/summary.json")
