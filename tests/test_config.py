@@ -150,14 +150,14 @@ def test_yaml_inf_and_dot_inf_parse_to_math_inf(tmp_path):
         assert load_params(tmp_path / name).cube.epsilon == [2.0, math.inf]
 
 
-def test_repo_params_yaml_loads_with_48_runs():
+def test_repo_params_yaml_loads_with_64_runs():
     p = load_params(REPO / "params.yaml")
     runs = p.runs()
-    assert len(runs) == 48
-    assert len({r.name for r in runs}) == 48
-    assert sorted({r.epsilon for r in runs}) == [2.0, 64.0, math.inf]
-    # 24 groups of 2 seeds
-    assert len({r.group for r in runs}) == 24
+    assert len(runs) == 64
+    assert len({r.name for r in runs}) == 64
+    assert sorted({r.epsilon for r in runs}) == [2.0, 4.0, 8.0, math.inf]
+    # 32 groups of 2 seeds
+    assert len({r.group for r in runs}) == 32
 
 
 def test_config_name_examples():
@@ -204,7 +204,7 @@ def test_run_names_match_dvc_interpolation_of_repo_params():
         for lr in cube["learning_rate"] for s in cube["seed"]
     }
     assert {r.point_name for r in load_params(REPO / "params.yaml").runs()} == dvc
-    assert "eps64-b32-T200-lr0.01-s0" in dvc and "epsinf-b16-T100-lr0.003-s1" in dvc
+    assert "eps8-b512-T100-lr0.01-s0" in dvc and "epsinf-b256-T50-lr0.005-s1" in dvc
 
 
 def test_run_names_match_dvc_for_yaml_ints_and_decimals():
