@@ -311,6 +311,18 @@ def test_a_signal_to_the_client_reaches_the_worker_and_the_client_dies_of_it(ful
     assert "woke" not in out
 
 
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGSEGV])
+def test_a_worker_killed_by_a_signal_ends_its_client_by_the_same_signal(light, signum):
+    # SIGKILL has no handler to reset: the client once died of OSError (EINVAL) with status 1 and a traceback
+    proc, worker = _start_sleeper(light)
+    os.kill(worker, signum)
+    assert proc.wait(timeout=20) == -signum
+    err = proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    assert err == ""
+
+
 def test_a_killed_client_takes_its_worker_with_it(full):
     proc, worker = _start_sleeper(full)
     proc.kill()

@@ -25,7 +25,7 @@ How it works (Linux only; anything else runs the script or module directly, see 
   the script's directory first, as ``python <script>`` has it) and umask, and its stdin/stdout/stderr file
   descriptors (``SCM_RIGHTS``), then waits. SIGINT, SIGTERM and SIGHUP it receives are
   forwarded to the worker; if the client disappears (SIGKILL), the server kills the worker. The client exits with
-  the worker's status (a worker killed by a signal makes the client kill itself with the same signal).
+  the worker's status (a worker killed by a signal makes the client kill itself with the same signal, SIGKILL included).
 * The **server** (:mod:`empriv.infra.warm_server`) imports the third-party libraries of
   :data:`~empriv.infra.warm_key.PRELOAD` once — never a module of empriv, so edited project code is read fresh by
   every run — and forks one worker per request. The worker (:mod:`empriv.infra.warm_worker`) takes the client's
@@ -264,11 +264,26 @@ def run_remote(sock, target: str, args: list[str]) -> int:
             elif "exit" in message:
                 return int(message["exit"])
             elif "signal" in message:
-                signum = int(message["signal"])
-                sys.stdout.flush()
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
-                return 128 + signum
+                return die_by_signal(int(message["signal"]))
+
+
+def die_by_signal(signum: int) -> int:
+    """End this process by signal ``signum``, as its worker ended, so that whoever waits for it (the shell of a stage
+    command, the sweep) reads the same status as from a plain process (-signum). A signal that can be caught gets
+    its default action back first; SIGKILL and SIGSTOP have no handler to reset (``signal.signal`` refuses them with
+    EINVAL) and are sent as they are. Returns ``128 + signum`` (the shell's status for a signalled child) in the rare
+    case that this process is still alive after sending it (a signal whose default action is not to end)."""
+    import signal
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):  # not a signal this platform lets a process handle: exit with its status
+            return 128 + signum
+    os.kill(os.getpid(), signum)
+    return 128 + signum
 
 
 def stop_server(path: str | None = None, timeout: float = 30.0) -> int | None:

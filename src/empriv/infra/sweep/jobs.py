@@ -64,6 +64,16 @@ def _failure(returncode: int) -> str:
     return f"exit status {returncode}"
 
 
+def no_result_reason(job: Any, state: str) -> str:
+    """Why a job ended without a result (submitit's ``UncompletedJobError``), in words: how its process ended when
+    this process started it (the local engine: ``job process killed by SIGKILL``), else the scheduler's state."""
+    process = getattr(job, "_process", None)
+    returncode = process.poll() if process is not None else None
+    if returncode:
+        return f"job process {_failure(returncode)}, no result (state {state})"
+    return f"job ended without a result (state {state})"
+
+
 def _shell_argv(command: str) -> list[str]:
     """The argv DVC uses for a stage command: the user's ``$SHELL`` (else /bin/sh) ``-c``, with bash and zsh told
     not to read their rc files (as ``dvc.stage.run`` does)."""

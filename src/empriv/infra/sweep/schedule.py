@@ -17,7 +17,7 @@ from typing import Any, Callable
 from empriv.config import SweepParams, _did_you_mean
 from empriv.infra.dvc_adapter import (RunCacheRestorer, commit_stages, quiet_logging, remove_lock_entries,
                                       stale_lock_entries, status_of)
-from empriv.infra.sweep.jobs import Engine, attempts_of, check_slurm, require_submitit
+from empriv.infra.sweep.jobs import Engine, attempts_of, check_slurm, no_result_reason, require_submitit
 from empriv.infra.sweep.output import SweepOutput, SweepResult, eta_seconds, log_tail, summary_line
 from empriv.infra.sweep.plan import (Item, Plan, SweepError, load_sweep_params, make_plan, matrix_stages,
                                      merged_resources, threads_per_job)
@@ -290,7 +290,7 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
                     out.note(f"done {address} (job {r.job.job_id}, {done['seconds']:.1f} s{retried})")
                     continue
                 if type(error).__name__ == "UncompletedJobError":  # no result: killed, timed out, cancelled
-                    reason = f"job ended without a result (state {runner.state(r.job)})"
+                    reason = no_result_reason(r.job, runner.state(r.job))
                 else:
                     reason = _one_line(str(error))
                 if len(attempts) < max_attempts:
