@@ -150,4 +150,47 @@ def test_empriv_diff_reads_two_revisions_and_the_working_tree(tmp_path, capsys):
     assert main(["diff", "--root", str(repo)]) == 0
     assert "HEAD" in capsys.readouterr().out.splitlines()[0]
     assert main(["diff", "no-such-rev", "--root", str(repo)]) == 2
-    assert capsys.readouterr().err.startswith("error: `dvc metrics diff no-such-rev` failed")
+    assert capsys.readouterr().err.startswith("error: unknown Git revision 'no-such-rev'")
+
+
+DVC_YAML_TWO = DVC_YAML + """\
+metrics:
+  - metrics/configs.json
+"""
+
+
+@pytest.mark.slow
+def test_a_declared_metrics_file_missing_or_unreadable_is_one_line_and_exit_2(tmp_path, capsys):
+    """Once, metrics/configs.json missing from the working tree read as 56 rows "gone", exit 0: a CI gate passed."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    sh(["git", "init", "-q", "-b", "main"], repo)
+    sh(["dvc", "init", "-q"], repo)
+    (repo / "dvc.yaml").write_text(DVC_YAML)
+    a = commit(repo, {"n_runs": 16, "kept": 1.0}, "a: one metrics file")
+    (repo / "dvc.yaml").write_text(DVC_YAML_TWO)  # a second file declared, not written yet: missing at b
+    b = commit(repo, {"n_runs": 16}, "b: configs.json declared")
+    assert main(["diff", a, b, "--root", str(repo)]) == 2
+    assert capsys.readouterr().err == (f"error: metrics/configs.json at {b}: does not exist, though dvc.yaml "
+                                       "declares it there\n")
+    (repo / "metrics/configs.json").write_text(json.dumps({"eps8": {"n": 3}}))
+    c = commit(repo, {"n_runs": 16}, "c: configs.json written")
+    # declared at c only: its metrics are new; a key missing inside a file that exists is still gone; exit 0
+    assert main(["diff", a, c, "--root", str(repo), "--json"]) == 0
+    rows = {r["metric"]: r["verdict"] for r in json.loads(capsys.readouterr().out)}
+    assert rows == {"eps8.n": "new", "kept": "gone", "n_runs": "within noise"}
+    # the working tree: missing, then unreadable, on the second side; as the first side of two revisions
+    (repo / "metrics/configs.json").unlink()
+    assert main(["diff", "--root", str(repo)]) == 2
+    assert capsys.readouterr().err == ("error: metrics/configs.json in the working tree: does not exist, though "
+                                       "dvc.yaml declares it there (run `make repro`, or `dvc checkout` it)\n")
+    (repo / "metrics/configs.json").write_text("{not json")
+    assert main(["diff", "--root", str(repo)]) == 2
+    assert capsys.readouterr().err == ("error: metrics/configs.json in the working tree: JSON file structure is "
+                                       "corrupted, though dvc.yaml declares it there\n")
+    assert main(["diff", b, c, "--root", str(repo)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: metrics/configs.json at {b}: does not exist")
+    # the command's exit status, as a CI gate sees it
+    proc = subprocess.run([str(VENV_BIN / "empriv"), "diff", "--root", str(repo)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr

@@ -14,9 +14,11 @@ and seed noise look like change. Here every metric gets the uncertainty :mod:`em
 A p-value (``p_<x>`` beside ``rho_<x>``, ``<x>_p`` beside ``<x>``) takes the verdict of its statistic. Rows are
 sorted changed, new, gone, within noise, and within each by significance ``|Δ|/σ`` (or ``|Δ|`` over the tolerance).
 
-The metrics files are those dvc.yaml declares at either revision (``dvc metrics diff --all --json`` names them);
-each is read with ``git show REV:path`` (a revision) or from the working tree (no revision), or through DVC when
-git does not hold it. Nothing here knows empriv's file names.
+The metrics files are those dvc.yaml declares at either revision (DVC lists them); each is read with
+``git show REV:path`` (a revision) or from the working tree (no revision), or through DVC when git does not hold
+it. A file declared at a revision but missing or unreadable there is an error naming it and the revision (exit
+status 2), never a column of "gone" rows; a file declared at one revision only has its metrics new or gone.
+Nothing here knows empriv's file names.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -136,46 +137,62 @@ def _run(cmd: list[str], root: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=root, capture_output=True, text=True)
 
 
-def _dvc() -> str:
-    local = Path(sys.executable).parent / "dvc"
-    return str(local) if local.exists() else "dvc"
+def _where(rev: str | None) -> str:
+    return "in the working tree" if rev is None else f"at {rev}"
 
 
-def metrics_paths(root: Path, rev_a: str | None, rev_b: str | None) -> list[str]:
-    """The metrics files dvc.yaml declares at either revision (None: the working tree), from ``dvc metrics diff``."""
-    revs = [r for r in (rev_a, rev_b) if r is not None] or ["HEAD"]
-    if rev_a is None and rev_b is not None:
-        raise ValueError("the working tree can only be the second side: give REV_A as a revision")
-    proc = _run([_dvc(), "metrics", "diff", *revs, "--all", "--json"], root)
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:] or ["no output"]
-        raise ValueError(f"`dvc metrics diff {' '.join(revs)}` failed in {root}: {tail[0]}")
-    return sorted(json.loads(proc.stdout or "{}"))
+def declared_metrics(root: Path, rev: str | None) -> list[str]:
+    """The metrics files dvc.yaml declares at ``rev`` (None: the working tree). Every one of them must be readable
+    there: a ConfigError has one line per file that is missing or unreadable, naming it and the revision (its
+    metrics would otherwise all read as gone, and a CI gate pass)."""
+    from empriv.infra.dvc_adapter import metrics_files
+
+    files = metrics_files(root, rev)
+    problems = [f"{path} {_where(rev)}: {why}, though dvc.yaml declares it there"
+                + (" (run `make repro`, or `dvc checkout` it)" if rev is None and why == "does not exist" else "")
+                for path, why in files.items() if why is not None]
+    if problems:
+        from empriv.config import ConfigError
+
+        raise ConfigError(*problems)
+    return sorted(files)
 
 
 def read_metrics_file(root: Path, path: str, rev: str | None) -> dict | None:
-    """A metrics file at ``rev`` (None: the working tree); None where it does not exist there."""
+    """A metrics file at ``rev`` (None: the working tree); None where it does not exist there. A file that is not
+    JSON is a ValueError naming it and the revision."""
     if rev is None:
         f = root / path
-        return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else None
-    proc = _run(["git", "show", f"{rev}:{path}"], root)
-    if proc.returncode == 0:
-        return json.loads(proc.stdout)
-    try:  # a metrics file kept in DVC's cache rather than in git
-        from empriv.infra.dvc_adapter import read_at_revision
+        text = f.read_text(encoding="utf-8") if f.is_file() else None
+    else:
+        proc = _run(["git", "show", f"{rev}:{path}"], root)
+        text = proc.stdout if proc.returncode == 0 else None
+        if text is None:
+            try:  # a metrics file kept in DVC's cache rather than in git
+                from empriv.infra.dvc_adapter import read_at_revision
 
-        return json.loads(read_at_revision(root, path, rev))
-    except Exception:  # noqa: BLE001 - absent at that revision
+                text = read_at_revision(root, path, rev)
+            except Exception:  # noqa: BLE001 - absent at that revision
+                return None
+    if text is None:
         return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} {_where(rev)}: not JSON ({err})") from None
 
 
 def diff_revisions(root: Path, rev_a: str | None = "HEAD", rev_b: str | None = None, *, z: float = Z,
                    rel_tol: float = REL_TOL) -> list[Row]:
-    """:func:`compare` of the metrics files at ``rev_a`` and ``rev_b`` (None: the working tree)."""
+    """:func:`compare` of the metrics files at ``rev_a`` and ``rev_b`` (None: the working tree). A file that dvc.yaml
+    declares at a side must be there and readable (:func:`declared_metrics`); a file declared at one side only (a
+    stage added or dropped) counts as empty at the other: its metrics are new, or gone."""
     root = Path(root).resolve()
-    paths = metrics_paths(root, rev_a, rev_b)
-    old = {p: m for p in paths if (m := read_metrics_file(root, p, rev_a)) is not None}
-    new = {p: m for p in paths if (m := read_metrics_file(root, p, rev_b)) is not None}
+    if rev_a is None and rev_b is not None:
+        raise ValueError("the working tree can only be the second side: give REV_A as a revision")
+    old_paths, new_paths = declared_metrics(root, rev_a), declared_metrics(root, rev_b)
+    old = {p: m for p in old_paths if (m := read_metrics_file(root, p, rev_a)) is not None}
+    new = {p: m for p in new_paths if (m := read_metrics_file(root, p, rev_b)) is not None}
     return compare(old, new, z=z, rel_tol=rel_tol)
 
 

@@ -343,6 +343,12 @@ def test_uncached_outputs_run_cache_push_and_pull_and_a_file_at_a_revision(tmp_p
     assert json.loads(read_at_revision(repo, "metrics.json", "HEAD")) == {"acc": 0.5}
     with pytest.raises(Exception):
         read_at_revision(repo, "absent.json", "HEAD")
+    # the metrics files declared at a revision (here a stage's), each readable there or why not
+    assert dvc_adapter.metrics_files(repo, "HEAD") == dvc_adapter.metrics_files(repo, None) == {"metrics.json": None}
+    (repo / "metrics.json").write_text("{broken")
+    assert dvc_adapter.metrics_files(repo, None) == {"metrics.json": "JSON file structure is corrupted"}
+    with pytest.raises(ValueError, match="unknown Git revision 'no-such-rev'"):
+        dvc_adapter.metrics_files(repo, "no-such-rev")
 
     remote = tmp_path / "remote"
     subprocess.run([PY, "-m", "dvc", "remote", "add", "-q", "--local", "-d", "r", str(remote)], cwd=repo, check=True)
@@ -351,6 +357,7 @@ def test_uncached_outputs_run_cache_push_and_pull_and_a_file_at_a_revision(tmp_p
     shutil.rmtree(repo / ".dvc" / "cache")
     (repo / "model.txt").unlink()
     (repo / "metrics.json").unlink()
+    assert dvc_adapter.metrics_files(repo, None) == {"metrics.json": "does not exist"}
     assert not RunCacheRestorer(repo).restore("make")  # an empty cache: nothing to restore
     pulled = pull_run_cache(repo)
     assert (pulled.entries, pulled.failed) == (1, 0) and pulled.transferred == pushed.transferred

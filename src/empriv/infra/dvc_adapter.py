@@ -13,7 +13,8 @@ What it offers:
   run-cache asked), :func:`commit_stages` (``dvc commit -f`` of many stages, one lock-file dump per DVC file),
   :func:`status_of`, :func:`stale_lock_entries` / :func:`remove_lock_entries`;
 - **the run-cache with a remote**: :func:`uncached_outputs`, :func:`push_run_cache`, :func:`pull_run_cache`;
-- **small readers**: :func:`read_at_revision` (a DVC-tracked file at a git revision), :func:`interpolated_str`
+- **small readers**: :func:`read_at_revision` (a DVC-tracked file at a git revision), :func:`metrics_files` (the
+  metrics files declared at a revision, and which of them cannot be read), :func:`interpolated_str`
   (a value as DVC interpolates it into a stage name), :func:`dvc_version`, :func:`quiet_logging`.
 
 **Which stages would ``dvc repro`` run?** ``Stage.changed()`` is what ``dvc repro`` asks of every stage: the stage's
@@ -70,6 +71,36 @@ def read_at_revision(root: str | Path, path: str, rev: str | None) -> str:
     import dvc.api
 
     return dvc.api.read(path, repo=str(root), rev=rev)
+
+
+def metrics_files(root: str | Path, rev: str | None) -> dict[str, str | None]:
+    """The metrics files the pipeline declares at git revision ``rev`` (None: the working tree), repository-relative,
+    each with None when DVC can read it there, else why not in a few words (``does not exist``, ``JSON file structure
+    is corrupted``). A ValueError names a revision git does not know."""
+    from dvc.repo import Repo
+    from dvc.scm import RevError
+
+    with Repo(str(root)) as repo:
+        try:
+            found = repo.metrics.show(revs=None if rev is None else [rev], hide_workspace=False, on_error="return")
+        except RevError as err:
+            raise ValueError(f"{err} (in {root})") from None
+    # the working tree is "" when it is the only revision asked, "workspace" beside others (DVC's brancher)
+    result = next((r for k, r in found.items() if (k in ("", "workspace")) == (rev is None)), {})
+    if "error" in result:
+        raise ValueError(f"the metrics of {rev or 'the working tree'} cannot be listed: {_unreadable(result['error'])}")
+    return {path: None if "error" not in f else _unreadable(f["error"]) for path, f in result.get("data", {}).items()}
+
+
+def _unreadable(err: BaseException) -> str:
+    """Why DVC could not read a file, in a few words (its parse errors without the path they repeat)."""
+    from dvc.utils.serialize import ParseError
+
+    if isinstance(err, FileNotFoundError):
+        return "does not exist"
+    if isinstance(err, ParseError) and ", " in str(err):
+        return str(err).split(", ", 1)[1]
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
 
 
 @contextlib.contextmanager
