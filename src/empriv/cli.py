@@ -8,7 +8,8 @@
     empriv analyze select ...        Algorithm 1's pick from a run table, and the baselines'
     empriv study run PRESET          run presets/PRESET.yaml end to end in .studies/PRESET → results/PRESET
     empriv study plan PRESET         validate a preset; its run counts and estimated GPU hours and memory
-    empriv sweep [--engine slurm]    one job per matrix item (locally or on SLURM via submitit), then one dvc.lock
+    empriv sweep [--engine slurm]    one job per matrix item (locally or on SLURM via submitit), then one dvc.lock;
+                                     one sweep per workspace (exit 75 while another one runs there)
     empriv diff [REV_A] [REV_B]      the DVC metrics of two revisions (default HEAD vs the working tree), each row
                                      with a verdict: changed, within noise, new, gone (--md, --json)
 
@@ -125,14 +126,18 @@ def _wandb_write(args) -> int:
 
 
 def _sweep(args) -> int:
-    from empriv.infra.sweep import run_sweep, summary_line
+    from empriv.infra.sweep import EXIT_BUSY, SweepBusy, run_sweep, summary_line
 
     def split(values):
         return None if values is None else [v for value in values for v in value.split(",") if v]
 
-    result = run_sweep(args.root, engine=args.engine, stages=split(args.stages), items=split(args.items),
-                       jobs=args.jobs, params=args.params, dry_run=args.dry_run, everything=args.all,
-                       echo=lambda line: print(line, flush=True))
+    try:
+        result = run_sweep(args.root, engine=args.engine, stages=split(args.stages), items=split(args.items),
+                           jobs=args.jobs, params=args.params, dry_run=args.dry_run, everything=args.all,
+                           echo=lambda line: print(line, flush=True))
+    except SweepBusy as err:  # another sweep holds the workspace: a temporary condition, not a usage error
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BUSY
     if args.dry_run:
         return 0
     print(summary_line(result), flush=True)
@@ -231,7 +236,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sc.add_argument("--root", default=".")
     sc.set_defaults(func=_study_collect)
     sw = sub.add_parser("sweep", help="run the matrix items of dvc.yaml's stages as jobs (local or SLURM, through "
-                        "submitit), then commit them into dvc.lock and the DVC cache (docs/cluster.md)")
+                        "submitit), then commit them into dvc.lock and the DVC cache (docs/cluster.md); one sweep "
+                        "per workspace: exit status 75 while another one runs there")
     sw.add_argument("--engine", choices=("local", "slurm"), default=None, help="where the jobs run (default: params "
                     "sweep.engine)")
     sw.add_argument("--stages", action="append", default=None, metavar="STAGE[,STAGE]",

@@ -1,10 +1,14 @@
-"""Faults during a sweep (issue 43), with real processes: a stage command killed under the warm worker, a job process
-killed under submitit's local executor. What the sweep reports must name the signal."""
+"""Faults during a sweep (issue 43), with real processes: a stage command killed under the warm worker and a job
+process killed under submitit's local executor (the reason names the signal); two sweeps in one workspace (the
+second stops at once naming the first), a lock left by a killed sweep (taken over in one line)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -95,3 +99,93 @@ def test_a_local_job_process_killed_by_a_signal_is_named_in_the_reason(tmp_path)
         assert no_result_reason(job, job.state) == "job process killed by SIGKILL, no result (state INTERRUPTED)"
     finally:  # the job's own process (submitit's _submit) outlives its controller: end it through its command
         os.kill(command, signal.SIGKILL)
+
+
+# ----------------------------------------------------------------------------------------- one sweep per workspace
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_sweep import TRAIN_PY, _env, _sweep, _template, project  # noqa: E402,F401  (the sweep tests' project)
+
+from empriv.infra.sweep import EXIT_BUSY, SweepBusy, workspace_lock  # noqa: E402
+
+# train.py that says it started, then waits for a file named "go" before writing its output
+WAITING_TRAIN_PY = TRAIN_PY.replace('os.makedirs("runs", exist_ok=True)',
+                                    'open(f"started-{x}", "w").close()\n'
+                                    'while not os.path.exists("go"):\n    time.sleep(0.05)\n'
+                                    'os.makedirs("runs", exist_ok=True)')
+
+
+def _wait_until(condition, timeout: float = 120.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_second_sweep_in_the_same_workspace_stops_at_once_naming_the_first(project):
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    (project / "train.py").write_text(WAITING_TRAIN_PY)
+    lock = project / ".empriv" / "sweep.lock"
+    first = subprocess.Popen([PY, "-m", "empriv.cli", "sweep", "--engine", "local", "--stages", "train"], cwd=project,
+                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_until(lambda: (project / "started-1").exists() or first.poll() is not None, what="train@1 to start")
+        assert first.poll() is None, first.communicate()
+        second = _sweep(project, "--engine", "local", "--stages", "train", timeout=120)
+        assert second.returncode == EXIT_BUSY == 75 and second.stdout == "", second.stdout + second.stderr
+        assert re.fullmatch(
+            rf"error: another sweep is running in this workspace \(pid {first.pid}, started "
+            r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(\d+ s ago\): empriv sweep --engine local --stages train\); wait for it "
+            rf"to end, or stop it \(kill -INT {first.pid}\), then run again \(lock \S+/\.empriv/sweep\.lock\)\n",
+            second.stderr), second.stderr
+        assert len(list((project / ".empriv" / "sweep").iterdir())) == 1  # the second made no job folder
+        (project / "go").touch()
+        out, err = first.communicate(timeout=240)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, out + err
+    assert out.strip().splitlines()[-1] == "sweep: 2 done, 0 failed, 0 blocked, 0 up to date (skipped)"
+    assert lock.read_text() == ""  # released
+    third = _sweep(project, "--engine", "local", "--stages", "train")
+    assert third.returncode == 0 and "taking over" not in third.stdout + third.stderr
+    assert "nothing to run: every item is up to date" in third.stdout
+
+
+HOLD = """\
+import sys, time
+from empriv.infra.sweep import workspace_lock
+with workspace_lock(sys.argv[1], command=["empriv", "sweep", "--all"]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_the_lock_is_refused_while_held_taken_over_when_its_holder_was_killed_and_released_on_errors(tmp_path):
+    holder = subprocess.Popen([PY, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(SweepBusy, match=rf"^another sweep is running in this workspace \(pid {holder.pid}, "
+                                            r"started [-\d]+ [:\d]+ \(\d+ s ago\): empriv sweep --all\)"):
+            with workspace_lock(tmp_path):
+                pass
+    finally:
+        holder.kill()  # SIGKILL: no finally runs in the holder, its lock file still names it
+        holder.wait()
+        holder.stdout.close()
+    path = tmp_path / ".empriv" / "sweep.lock"
+    assert json.loads(path.read_text())["pid"] == holder.pid
+    said: list[str] = []
+    with workspace_lock(tmp_path, said.append, command=["empriv", "sweep"]):
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert len(said) == 1 and re.fullmatch(
+        rf"sweep: taking over \.empriv/sweep\.lock from a sweep that ended without releasing it \(pid {holder.pid}, "
+        r"started [-\d]+ [:\d]+ \(\d+ s ago\): empriv sweep --all\)", said[0]), said
+    assert path.read_text() == ""
+    with pytest.raises(RuntimeError, match="inside"):  # an error inside releases it too
+        with workspace_lock(tmp_path, said.append):
+            raise RuntimeError("inside")
+    with workspace_lock(tmp_path, said.append):
+        pass
+    assert len(said) == 1  # no takeover after an orderly exit

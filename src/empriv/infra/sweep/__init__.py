@@ -3,8 +3,8 @@
 The modules: :mod:`~empriv.infra.sweep.plan` (items, matrix selection, staleness, resources),
 :mod:`~empriv.infra.sweep.jobs` (the job callable and the submitit engines), :mod:`~empriv.infra.sweep.schedule`
 (:func:`run_sweep`: launch order, the engine loop, retries, the commit), :mod:`~empriv.infra.sweep.output` (what the
-sweep shows, its log, its result and summary line). DVC is reached through :mod:`empriv.infra.dvc_adapter` alone.
-Import from ``empriv.infra.sweep``.
+sweep shows, its log, its result and summary line), :mod:`~empriv.infra.sweep.lock` (one sweep per workspace). DVC is
+reached through :mod:`empriv.infra.dvc_adapter` alone. Import from ``empriv.infra.sweep``.
 
 A sweep turns the items of dvc.yaml's matrix stages (``train@<config>``, ``score@<config>``, …) into jobs and
 brings the results back under DVC's control, so that ``dvc repro`` afterwards has nothing to do:
@@ -38,10 +38,11 @@ cluster one. The sweep keeps ``sweep.jobs`` local jobs in flight (LocalExecutor 
 """
 
 from empriv.infra.sweep.jobs import StageJob, attempts_of, slurm_parameters
+from empriv.infra.sweep.lock import EXIT_BUSY, SweepBusy, workspace_lock
 from empriv.infra.sweep.output import SweepOutput, SweepResult, summary_line
 from empriv.infra.sweep.plan import Item, Plan, SweepError, load_sweep_params, make_plan, merged_resources
 from empriv.infra.sweep.schedule import ENGINES, launch_order, run_sweep
 
-__all__ = ["ENGINES", "Item", "Plan", "StageJob", "SweepError", "SweepOutput", "SweepResult", "attempts_of",
-           "launch_order", "load_sweep_params", "make_plan", "merged_resources", "run_sweep", "slurm_parameters",
-           "summary_line"]
+__all__ = ["ENGINES", "EXIT_BUSY", "Item", "Plan", "StageJob", "SweepBusy", "SweepError", "SweepOutput", "SweepResult",
+           "attempts_of", "launch_order", "load_sweep_params", "make_plan", "merged_resources", "run_sweep",
+           "slurm_parameters", "summary_line", "workspace_lock"]

@@ -4,6 +4,7 @@ ones and commits the finished items to DVC in one go (see :mod:`empriv.infra.swe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from typing import Any, Callable
 from empriv.config import SweepParams, _did_you_mean
 from empriv.infra.dvc_adapter import (RunCacheRestorer, commit_stages, quiet_logging, remove_lock_entries,
                                       stale_lock_entries, status_of)
+from empriv.infra.sweep.lock import workspace_lock
 from empriv.infra.sweep.jobs import Engine, attempts_of, check_slurm, no_result_reason, require_submitit
 from empriv.infra.sweep.output import SweepOutput, SweepResult, eta_seconds, log_tail, summary_line
 from empriv.infra.sweep.plan import (Item, Plan, SweepError, load_sweep_params, make_plan, matrix_stages,
@@ -91,18 +93,20 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
             check_slurm({merged_resources(sweep, s).partition for s in [*stage_names, *sweep.resources]
                          if s in all_names})
 
-    with quiet_logging():
-        plan = make_plan(root, stage_names, items, stages_key=stages_key, everything=everything)
-    result = SweepResult(plan=plan)
-    out = SweepOutput(echo, tty=tty)
-    try:
+    # one sweep per workspace, from before the plan to the end (a dry run changes nothing and takes no lock)
+    with contextlib.nullcontext() if dry_run else workspace_lock(root, echo):
         with quiet_logging():
-            result = _sweep(root, plan, result, out, engine=engine, sweep=sweep, stages_key=stages_key, items=items,
-                            jobs=jobs, params=params, dry_run=dry_run, poll_s=poll_s, matrix=matrix)
-        out.note(summary_line(result))  # the line the command prints last (a dry run has no log)
-        return result
-    finally:
-        out.close_log()
+            plan = make_plan(root, stage_names, items, stages_key=stages_key, everything=everything)
+        result = SweepResult(plan=plan)
+        out = SweepOutput(echo, tty=tty)
+        try:
+            with quiet_logging():
+                result = _sweep(root, plan, result, out, engine=engine, sweep=sweep, stages_key=stages_key,
+                                items=items, jobs=jobs, params=params, dry_run=dry_run, poll_s=poll_s, matrix=matrix)
+            out.note(summary_line(result))  # the line the command prints last (a dry run has no log)
+            return result
+        finally:
+            out.close_log()
 
 def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, engine: str, sweep: SweepParams,
            stages_key: str, items: list[str] | None, jobs: int, params: str | Path | None, dry_run: bool,
