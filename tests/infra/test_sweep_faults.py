@@ -189,3 +189,91 @@ def test_the_lock_is_refused_while_held_taken_over_when_its_holder_was_killed_an
     with workspace_lock(tmp_path, said.append):
         pass
     assert len(said) == 1  # no takeover after an orderly exit
+
+
+# ----------------------------------------------------------------------------------- deterministic failures
+from empriv.infra.sweep.faults import deterministic_cause, exit_status_of  # noqa: E402
+from test_sweep import PARAMS, _log, _write_params  # noqa: E402
+
+FAILED = "RuntimeError: train@2: command failed ({}) on attempt 1"
+
+
+@pytest.mark.parametrize("how, tail, cause", [
+    # run_stage's user error: exit status 2 and its error lines (the first one shown)
+    ("exit status 2", ["2026 empriv INFO loading", "error: cube.epsilon: is required (allowed: a list)",
+                       "error: cube.x: unknown key"],
+     "the stage refused its input: error: cube.epsilon: is required (allowed: a list) (and 1 more error line(s) in "
+     "its log)"),
+    ("exit status 2", ["error: [Errno 13] Permission denied: 'models/x'"],
+     "permission denied: error: [Errno 13] Permission denied: 'models/x'"),
+    ("exit status 2", [], "exit status 2 (a stage's user error: invalid params or inputs)"),
+    # a traceback's last line
+    ("exit status 1", ["Traceback (most recent call last):", '  File "x.py", line 3', "    fh.write(b)",
+                       "OSError: [Errno 28] No space left on device"],
+     "no space left on device: OSError: [Errno 28] No space left on device"),
+    ("exit status 1", ["PermissionError: [Errno 13] Permission denied: '/data/out'"],
+     "permission denied: PermissionError: [Errno 13] Permission denied: '/data/out'"),
+    ("exit status 1", ["wandb.errors.errors.UsageError: api_key not configured (no-tty). call wandb.login(key=[your_api_key])"],
+     "W&B prerequisites missing: wandb.errors.errors.UsageError: api_key not configured (no-tty). call "
+     "wandb.login(key=[your_api_key])"),
+    ("exit status 1", ["empriv.config.errors.ConfigError: train.method: unknown method 'ful'"],
+     "a configuration error: empriv.config.errors.ConfigError: train.method: unknown method 'ful'"),
+    ("exit status 1", ["ValueError: epsilon must be > 0, got -1"],
+     "an invalid value: ValueError: epsilon must be > 0, got -1"),
+    # retried: a crash that is not one of those, a warning about the disk before another crash, any kill
+    ("exit status 1", ["warning: [Errno 28] No space left on device (cache not written)",
+                       "RuntimeError: CUDA error: an illegal memory access was encountered"], None),
+    ("exit status 3", ["train.py: refusing x = 2"], None),
+    ("killed by SIGKILL", ["OSError: [Errno 28] No space left on device"], None),
+    ("killed by SIGTERM, exit status 143 from the shell", [], None),
+])
+def test_which_failures_a_retry_cannot_fix(how, tail, cause):
+    assert deterministic_cause(FAILED.format(how), tail) == cause
+
+
+def test_a_job_that_cannot_start_its_command_and_one_without_a_result():
+    assert deterministic_cause("FileNotFoundError: [Errno 2] No such file or directory: '/gone/wdir'", []) == \
+        "the job could not start its command: FileNotFoundError: [Errno 2] No such file or directory: '/gone/wdir'"
+    assert deterministic_cause("job process killed by SIGKILL, no result (state INTERRUPTED)", []) is None
+    assert deterministic_cause("job ended without a result (state TIMEOUT)", ["ValueError: x"]) is None
+    assert [exit_status_of(FAILED.format(h)) for h in ("exit status 2", "exit status 137", "killed by SIGKILL")] == \
+        [2, 137, None]
+
+
+# train.py's modes for these: "config" runs empriv's run_stage on the project's params (not empriv's: a ConfigError,
+# exit 2), "full" writes to /dev/full (a real ENOSPC traceback, exit 1); "kill" SIGKILLs its first attempt
+FAULT_TRAIN_PY = TRAIN_PY.replace('marker = f".marker-{x}"\n', '''marker = f".marker-{x}"
+if mode == "config":
+    from empriv.stage import run_stage
+    run_stage(lambda params: None)
+if mode == "full":
+    with open("/dev/full", "w") as fh:
+        fh.write("weights")
+''')
+
+
+@pytest.mark.slow
+def test_deterministic_failures_are_not_retried_and_a_kill_is(project):
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    assert os.path.exists("/dev/full")
+    (project / "train.py").write_text(FAULT_TRAIN_PY)
+    _write_params(project, {**PARAMS, "cube": {"x": [1, 2, 3]}})
+    run = _sweep(project, "--engine", "local", "--stages", "train", env=_env(RETRY_MODE="1=config,2=full,3=kill"))
+    assert run.returncode == 1, run.stdout + run.stderr
+    out = run.stdout
+    assert re.search(r"^failed train@1 \(job \d+, attempt 1, not retried\): the stage refused its input: error: "
+                     r"base\.offset: unknown key \(allowed: [^)]*\) \(and \d+ more error line\(s\) in its log\); "
+                     r"log \S+_0_log\.err$", out, re.M), out
+    assert re.search(r"^failed train@2 \(job \d+, attempt 1, not retried\): no space left on device: OSError: "
+                     r"\[Errno 28\] No space left on device; log \S+_0_log\.err$", out, re.M), out
+    assert re.search(r"^retry train@3 \(attempt 2 of 2\): job \d+ failed: RuntimeError: train@3: command failed "
+                     r"\(killed by SIGKILL(, exit status 137 from the shell)?\) on attempt 1", out, re.M), out
+    assert not re.search(r"^retry train@[12]", out, re.M) and "the last" not in out  # one line each, no tail
+    folder = next((project / ".empriv" / "sweep").iterdir())
+    starts = {x: len((folder / "attempts" / f"train@{x}.jsonl").read_text().splitlines()) for x in (1, 2, 3)}
+    assert starts == {1: 1, 2: 1, 3: 2}
+    assert re.search(r"^error: train@2 failed: not retried, no space left on device: OSError: \[Errno 28\] No space "
+                     r"left on device; log \S+$", run.stderr, re.M), run.stderr
+    assert out.strip().splitlines()[-1] == "sweep: 1 done (1 after retries), 2 failed, 0 blocked, 0 up to date (skipped)"
+    assert (project / "runs" / "train-3.txt").read_text() == "4"
+    assert re.search(r"^done train@3 \(job \d+, [\d.]+ s, 1 retry\)$", _log(run, project), re.M)

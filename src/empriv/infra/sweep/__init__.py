@@ -19,7 +19,9 @@ brings the results back under DVC's control, so that ``dvc repro`` afterwards ha
    no job); otherwise the item's resolved ``cmd`` runs as one job: a :class:`StageJob` submitted through
    submitit's ``SlurmExecutor`` or ``LocalExecutor``.
    A failed job is re-submitted, and a preempted one (SLURM's warning signal) is requeued by submitit
-   (:class:`StageJob` is a ``Checkpointable``); together at most ``sweep.max_retries`` times per item. A training
+   (:class:`StageJob` is a ``Checkpointable``); together at most ``sweep.max_retries`` times per item. A failure
+   every attempt would repeat (a stage's user error, a full disk, a refused write: :mod:`~empriv.infra.sweep.faults`)
+   is not retried. A training
    command resumes from its own checkpoint: the sweep only runs the command again.
 4. **collect**: in this one process, under DVC's repository lock, what ``dvc commit -f <item>`` does for every
    finished item (hash deps and outputs, store the outputs in the cache and the run-cache), the items' entries

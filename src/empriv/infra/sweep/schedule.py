@@ -18,8 +18,9 @@ from typing import Any, Callable
 from empriv.config import SweepParams, _did_you_mean
 from empriv.infra.dvc_adapter import (RunCacheRestorer, commit_stages, quiet_logging, remove_lock_entries,
                                       stale_lock_entries, status_of)
-from empriv.infra.sweep.lock import workspace_lock
+from empriv.infra.sweep.faults import deterministic_cause
 from empriv.infra.sweep.jobs import Engine, attempts_of, check_slurm, no_result_reason, require_submitit
+from empriv.infra.sweep.lock import workspace_lock
 from empriv.infra.sweep.output import SweepOutput, SweepResult, eta_seconds, log_tail, summary_line
 from empriv.infra.sweep.plan import (Item, Plan, SweepError, load_sweep_params, make_plan, matrix_stages,
                                      merged_resources, threads_per_job)
@@ -297,6 +298,13 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
                     reason = no_result_reason(r.job, runner.state(r.job))
                 else:
                     reason = _one_line(str(error))
+                tail = log_tail(r.job.paths.stderr)
+                cause = deterministic_cause(reason, tail)  # a failure every attempt would repeat: no retry
+                if cause is not None:
+                    result.failed[address] = f"not retried, {cause}; log {log}"
+                    out.say(f"failed {address} (job {r.job.job_id}, attempt {len(attempts)}, not retried): {cause}; "
+                            f"log {log}")
+                    continue
                 if len(attempts) < max_attempts:
                     out.say(f"retry {address} (attempt {len(attempts) + 1} of {max_attempts}): job {r.job.job_id} "
                             f"failed: {reason}; log {log}")
@@ -304,7 +312,6 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
                     continue
                 result.failed[address] = f"{reason}; log {log}"
                 out.say(f"failed {address} (job {r.job.job_id}, {len(attempts)} attempt(s)): {reason}; log {log}")
-                tail = log_tail(r.job.paths.stderr)
                 out.say(f"  the last {len(tail)} line(s) its command wrote to stderr:" if tail else
                         "  its command wrote nothing to stderr")
                 for line in tail:
