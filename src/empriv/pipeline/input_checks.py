@@ -12,7 +12,8 @@ bytes.
   receivers, boilerplate, tabs, < 30 GPT-2 tokens, the 90/5/5 split; TOFU: 20 records per author, author split),
   and the training split compared with ``data.n_train``.
 - ``secrets.overrides``: every line a JSON object with non-empty string ``id``, ``prompt``, ``continuation``,
-  each id once.
+  each id once. (Each override against the corpus, an id the secrets stage will have and a text the training data
+  holds, is :mod:`empriv.pipeline.override_checks`, run by validation after these checks.)
 - ``base.name``: a local directory must hold a model (``config.json``); a hub id must be in the local Hugging
   Face cache, or the hub reachable (a 3 s probe; ``HF_HUB_OFFLINE=1`` means unreachable).
 - ``runtime.device``: ``cuda``/``cuda:N`` needs a CUDA GPU here, ``mps`` an Apple GPU (skipped when

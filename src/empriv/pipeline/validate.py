@@ -150,14 +150,17 @@ def method_errors(params: Params) -> list[str]:
 
 def validate_project(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Path = DVC_YAML) -> Params:
     """The params file validated in full, then dvc.yaml's cube matrices against it, then the raw inputs' content
-    and the machine (:mod:`empriv.pipeline.input_checks`); raises :class:`ConfigError` with one line per problem.
+    and the machine (:mod:`empriv.pipeline.input_checks`) and the secret overrides against the corpus
+    (:mod:`empriv.pipeline.override_checks`); raises :class:`ConfigError` with one line per problem.
     Touches no output (``input_checks`` caches the corpus facts it computed under ``.empriv/``)."""
     from empriv.pipeline.input_checks import input_errors
+    from empriv.pipeline.override_checks import override_corpus_errors
 
     params = load_params(params_path)
     errors = params.missing_inputs() + dvc_matrix_errors(read_yaml(params_path), params, dvc_yaml)
     errors += method_errors(params)
     errors += input_errors(params, Path(params_path).resolve().parent)
+    errors += override_corpus_errors(params, Path(params_path).resolve().parent)  # ids and texts against the corpus
     if errors:
         raise ConfigError(*errors)
     return params

@@ -60,8 +60,9 @@ OVERRIDE_KEYS = ("id", "prompt", "continuation")
 OVERRIDE_ALLOWED = 'one JSON object per line, {"id": …, "prompt": …, "continuation": …}, non-empty strings, each id once'
 
 
-def _override_rows(path: str | Path) -> tuple[dict[str, tuple[str, str]], list[str]]:
-    """(overrides, problems) of an overrides file: every line checked, one problem each ``line N: …``."""
+def _override_rows(path: str | Path, with_lines: bool = False):
+    """(overrides, problems) of an overrides file: every line checked, one problem each ``line N: …``; with
+    ``with_lines`` also the line of each id."""
     import json
 
     out: dict[str, tuple[str, str]] = {}
@@ -100,7 +101,14 @@ def _override_rows(path: str | Path) -> tuple[dict[str, tuple[str, str]], list[s
                 continue
             first_line[sid] = n
             out[sid] = (row["prompt"], row["continuation"])
-    return out, problems
+    return (out, problems, first_line) if with_lines else (out, problems)
+
+
+def override_lines(path: str | Path) -> list[tuple[int, str, str, str]]:
+    """(line, id, prompt, continuation) of every well-formed override of a ``secrets.overrides`` file, in file order
+    (a malformed line or a repeated id is left out: :func:`override_problems` names it)."""
+    rows, _, first_line = _override_rows(path, with_lines=True)
+    return [(first_line[sid], sid, prompt, continuation) for sid, (prompt, continuation) in rows.items()]
 
 
 def override_problems(path: str | Path) -> list[str]:
