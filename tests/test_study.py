@@ -66,7 +66,7 @@ def test_the_enron_tiny_preset_is_the_research_cube_on_filtered_mined_secrets():
     assert sorted(c.epsilon) == [8, float("inf")]
     assert min(len(c.batch_size), len(c.steps), len(c.learning_rate), len(c.seed)) >= 2 and len(params.runs()) == 32
     acr = params.score.acr
-    assert acr.enabled and acr.epsilons is None and acr.training_seeds == [0] and acr.max_length == 30 and acr.max_secrets == 6
+    assert acr.enabled and acr.epsilons is None and acr.training_seeds is None and acr.max_length == 30 and acr.max_secrets is None
     assert len(params.audit_runs()) == 1 and params.audit.cube.epsilon == [8]
 
 
@@ -196,11 +196,17 @@ def test_every_shipped_preset_validates(name):
     parse_params(resolve_preset(name, ROOT))
 
 
-def test_the_memorisation_preset_sweeps_epsilon_and_steps_with_acr_on_every_run():
-    params = parse_params(resolve_preset("memorisation", ROOT))
+def test_the_research_cpu_preset_is_the_research_design_at_cpu_scale():
+    """ε ∈ {1, 2, 4, 8, ∞}, b, T and η at three values each with a central value, ≥ 3 seeds, ACR on every run and
+    every string secret, on the default corpus (issue 41)."""
+    params = parse_params(resolve_preset("research-cpu", ROOT))
     c = params.cube
-    assert len([e for e in c.epsilon if e != float("inf")]) >= 3 and float("inf") in c.epsilon
-    assert len(c.steps) >= 2 and len(c.seed) == 2
+    assert c.epsilon == [1, 2, 4, 8, float("inf")]
+    assert len(c.batch_size) == len(c.steps) == len(c.learning_rate) == 3 and len(c.seed) >= 3
+    assert len(params.runs()) == 5 * 27 * len(c.seed)
     acr = params.score.acr
-    assert acr.enabled and acr.training_seeds is None and acr.epsilons is None and acr.max_length == 30
+    assert acr.enabled and acr.training_seeds is None and acr.epsilons is None and acr.max_secrets is None
     assert params.data == parse_params(read_yaml(ROOT / "params.yaml")).data  # the default corpus
+    # the default's cube is its central configuration's neighbourhood: b, T, η of the default within the preset's range
+    default = parse_params(read_yaml(ROOT / "params.yaml")).cube
+    assert min(c.batch_size) <= min(default.batch_size) and max(default.batch_size) <= max(c.batch_size)
