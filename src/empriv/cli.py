@@ -9,7 +9,8 @@
     empriv study run PRESET          run presets/PRESET.yaml end to end in .studies/PRESET → results/PRESET
     empriv study plan PRESET         validate a preset; its run counts and estimated GPU hours and memory
     empriv sweep [--engine slurm]    one job per matrix item (locally or on SLURM via submitit), then one dvc.lock;
-                                     one sweep per workspace (exit 75 while another one runs there)
+                                     one sweep per workspace (exit 75 while another one runs there); SIGINT or
+                                     SIGTERM: cancel, commit what finished, exit 130 / 143
     empriv diff [REV_A] [REV_B]      the DVC metrics of two revisions (default HEAD vs the working tree), each row
                                      with a verdict: changed, within noise, new, gone (--md, --json)
 
@@ -138,15 +139,22 @@ def _sweep(args) -> int:
     except SweepBusy as err:  # another sweep holds the workspace: a temporary condition, not a usage error
         print(f"error: {err}", file=sys.stderr)
         return EXIT_BUSY
+    except KeyboardInterrupt:  # before the sweep's own handlers were in place (or after): nothing was started
+        print("sweep: interrupted by SIGINT; run `make repro` again to resume", flush=True)
+        return 130
     if args.dry_run:
         return 0
-    print(summary_line(result), flush=True)
+    print(summary_line(result), flush=True)  # an interrupted sweep's one line (what was committed, cancelled)
     for address, reason in result.failed.items():
         print(f"error: {address} failed: {reason}", file=sys.stderr)
     if result.blocked:
         print(f"error: not run because an item they need failed: {', '.join(result.blocked)}", file=sys.stderr)
     if result.status:
         print(f"error: dvc status after the commit is not clean: {json.dumps(result.status)}", file=sys.stderr)
+    if result.interrupted:  # 128 + the signal's number, as a shell reports a command the signal ended
+        import signal
+
+        return 128 + signal.Signals[result.interrupted].value
     return 0 if result.ok else 1
 
 

@@ -1,6 +1,7 @@
 """Faults during a sweep (issue 43), with real processes: a stage command killed under the warm worker and a job
 process killed under submitit's local executor (the reason names the signal); two sweeps in one workspace (the
-second stops at once naming the first), a lock left by a killed sweep (taken over in one line)."""
+second stops at once naming the first), a lock left by a killed sweep (taken over in one line); failures a retry
+cannot fix (not retried); SIGINT and SIGTERM (cancel, commit what finished, one line, exit 130 / 143)."""
 
 from __future__ import annotations
 
@@ -277,3 +278,69 @@ def test_deterministic_failures_are_not_retried_and_a_kill_is(project):
     assert out.strip().splitlines()[-1] == "sweep: 1 done (1 after retries), 2 failed, 0 blocked, 0 up to date (skipped)"
     assert (project / "runs" / "train-3.txt").read_text() == "4"
     assert re.search(r"^done train@3 \(job \d+, [\d.]+ s, 1 retry\)$", _log(run, project), re.M)
+
+
+# ----------------------------------------------------------------------------------------------- interrupts
+# empriv.infra.sweep.interrupts: SIGINT and SIGTERM noted, acted on between two steps of the engine loop
+# train.py whose item 2 writes its pid and waits (until a file named "go" exists); item 1 finishes at once
+STOPPING_TRAIN_PY = TRAIN_PY.replace('os.makedirs("runs", exist_ok=True)',
+                                     'if x == "2" and not os.path.exists("go"):\n'
+                                     '    open("started-2.tmp", "w").write(str(os.getpid()))\n'
+                                     '    os.replace("started-2.tmp", "started-2")\n'
+                                     '    time.sleep(300)\n'
+                                     'os.makedirs("runs", exist_ok=True)')
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_an_interrupted_sweep_cancels_commits_what_finished_and_says_so_in_one_line(project, signum, to_group):
+    """SIGINT as Ctrl-C sends it (to the whole foreground process group: the sweep, submitit's local controllers and
+    job processes), SIGTERM as `make` forwards it (to the sweep alone)."""
+    pytest.importorskip("submitit", reason="submitit is not installed in this environment")
+    (project / "train.py").write_text(STOPPING_TRAIN_PY)
+    sweep = subprocess.Popen([PY, "-m", "empriv.cli", "sweep", "--engine", "local", "--stages", "train"], cwd=project,
+                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        def train_1_done() -> bool:
+            logs = list((project / ".empriv" / "sweep").glob("*/sweep.log"))
+            return bool(logs) and re.search(r"\bdone train@1 ", logs[0].read_text()) is not None
+
+        _wait_until(lambda: sweep.poll() is not None or ((project / "started-2").exists() and train_1_done()),
+                    what="train@1 done and train@2 started")
+        assert sweep.poll() is None, sweep.communicate()
+        command = int((project / "started-2").read_text())
+        if to_group:
+            os.killpg(sweep.pid, signum)
+        else:
+            sweep.send_signal(signum)
+        out, err = sweep.communicate(timeout=120)
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            sweep.wait()
+    assert sweep.returncode == 128 + signum, out + err
+    name = signal.Signals(signum).name
+    assert out.strip().splitlines()[-1] == (f"sweep: interrupted by {name}: committed 1 finished item(s), cancelled "
+                                            "1 running job(s); run `make repro` again to resume"), out
+    assert f"interrupted by {name}: cancelling 1 running job(s), then committing the 1 finished item(s)" in out
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err, out + err
+    if to_group:  # the controllers' own traceback of the terminal's SIGINT goes to their log, not the terminal
+        assert "KeyboardInterrupt" in next((project / ".empriv" / "sweep").glob("*/controllers.log")).read_text()
+    _wait_until(lambda: not _alive(command), timeout=30, what="the cancelled command to end")
+    assert (project / ".empriv" / "sweep.lock").read_text() == ""
+    status = json.loads(subprocess.run([PY, "-m", "dvc", "status", "--json"], cwd=project, env=_env(),
+                                       capture_output=True, text=True, timeout=120).stdout)
+    assert "train@2" in status and "train@1" not in status  # the finished item is committed
+    # resuming: only what is still stale runs
+    (project / "go").touch()
+    again = _sweep(project, "--engine", "local", "--stages", "train")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.strip().splitlines()[-1] == "sweep: 1 done, 0 failed, 0 blocked, 1 up to date (skipped)"

@@ -4,6 +4,7 @@ executor per stage, ``SlurmExecutor`` or ``LocalExecutor``, with that stage's re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -192,6 +194,31 @@ class StageJob(_Checkpointable):
         return DelayedSubmission(self, *args, **kwargs)
 
 # --------------------------------------------------------------------------------------------- engines
+CONTROLLERS_LOG = "controllers.log"  # in the job folder: what the local engine's controller processes write
+
+
+@contextlib.contextmanager
+def stdio_to(path: Path):
+    """While inside, this process's stdout and stderr descriptors (1, 2) write to ``path`` (appended): what a child
+    started meanwhile inherits. Python's own ``sys.stdout``/``sys.stderr`` are flushed first and after."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield path
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for d in (*saved, fd):
+            os.close(d)
+
+
 def require_submitit(engine: str):
     try:
         import submitit
@@ -253,7 +280,12 @@ class Engine:
             ex.update_parameters(job_name=re.sub(r"[^A-Za-z0-9._@=-]", "_", f"empriv-{item.address}"))
         callable_ = StageJob(item.address, item.commands, item.wdir, str(root), str(self.folder),
                              max_attempts=self.sweep.max_retries + 1, env=self.job_env)
-        return ex.submit(callable_)
+        if self.name != "local":
+            return ex.submit(callable_)
+        # LocalExecutor starts a controller process that writes to the descriptors it inherits: when it is stopped
+        # (a cancel, the terminal's Ctrl-C) its KeyboardInterrupt traceback went to the sweep's terminal
+        with stdio_to(self.folder / CONTROLLERS_LOG):
+            return ex.submit(callable_)
 
     def state(self, job: Any) -> str:
         return (job.state or "UNKNOWN").upper()

@@ -246,13 +246,26 @@ class SweepResult:
     status: dict = field(default_factory=dict)  # Repo.status of the committed items after the commit
     folder: Path | None = None
     log: Path | None = None  # the sweep's log file (every line, the per-job events only there)
+    interrupted: str | None = None  # the signal that stopped the sweep (SIGINT, SIGTERM), None when it ran to its end
+    cancelled: list[str] = field(default_factory=list)  # items whose running jobs the interrupt cancelled
+    not_started: list[str] = field(default_factory=list)  # items still waiting when it came
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.blocked and not self.status
+        return not self.failed and not self.blocked and not self.status and not self.interrupted
+
+
+def interrupted_line(result: SweepResult) -> str:
+    """The one line of an interrupted sweep: what was committed, what was cancelled, how to resume."""
+    committed = len(result.done) + len(result.restored)
+    waiting = f", {len(result.not_started)} not started" if result.not_started else ""
+    return (f"sweep: interrupted by {result.interrupted}: committed {committed} finished item(s), cancelled "
+            f"{len(result.cancelled)} running job(s){waiting}; run `make repro` again to resume")
 
 
 def summary_line(result: SweepResult) -> str:
+    if result.interrupted:
+        return interrupted_line(result)
     parts = [f"{len(result.done)} done"]
     retried = sum(1 for a in result.done if result.retries.get(a))
     if retried:

@@ -19,6 +19,7 @@ from empriv.config import SweepParams, _did_you_mean
 from empriv.infra.dvc_adapter import (RunCacheRestorer, commit_stages, quiet_logging, remove_lock_entries,
                                       stale_lock_entries, status_of)
 from empriv.infra.sweep.faults import deterministic_cause
+from empriv.infra.sweep.interrupts import Interrupts
 from empriv.infra.sweep.jobs import Engine, attempts_of, check_slurm, no_result_reason, require_submitit
 from empriv.infra.sweep.lock import workspace_lock
 from empriv.infra.sweep.output import SweepOutput, SweepResult, eta_seconds, log_tail, summary_line
@@ -30,6 +31,7 @@ WAITING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGU
                   "UNKNOWN")  # submitted, not running (SLURM's names; UNKNOWN: sacct has not listed the job yet)
 LOG_NAME = "sweep.log"  # the sweep's log file, in its job folder
 UP_TO_DATE_SHOWN = 8  # up-to-date items named on the terminal (all of them in the log)
+CANCEL_WAIT_S = 20.0  # an interrupted local sweep waits this long at most for its cancelled jobs to end
 
 
 @dataclass
@@ -95,7 +97,10 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
                          if s in all_names})
 
     # one sweep per workspace, from before the plan to the end (a dry run changes nothing and takes no lock)
-    with contextlib.nullcontext() if dry_run else workspace_lock(root, echo):
+    # and, but in a dry run, SIGINT/SIGTERM noted and acted on between two steps (interrupts.py)
+    interrupts = Interrupts()
+    with contextlib.nullcontext() if dry_run else workspace_lock(root, echo), \
+            contextlib.nullcontext() if dry_run else interrupts:
         with quiet_logging():
             plan = make_plan(root, stage_names, items, stages_key=stages_key, everything=everything)
         result = SweepResult(plan=plan)
@@ -103,15 +108,26 @@ def run_sweep(root: str | Path = ".", *, engine: str | None = None, stages: list
         try:
             with quiet_logging():
                 result = _sweep(root, plan, result, out, engine=engine, sweep=sweep, stages_key=stages_key,
-                                items=items, jobs=jobs, params=params, dry_run=dry_run, poll_s=poll_s, matrix=matrix)
+                                items=items, jobs=jobs, params=params, dry_run=dry_run, poll_s=poll_s, matrix=matrix,
+                                interrupts=interrupts)
             out.note(summary_line(result))  # the line the command prints last (a dry run has no log)
             return result
         finally:
             out.close_log()
 
+def _stopped(result: SweepResult, interrupts: Interrupts, waiting: list[Item]) -> bool:
+    """Whether a signal came (then ``result`` says so, ``waiting`` not started): the sweep stops before its next
+    step."""
+    if interrupts.signum is None:
+        return False
+    result.interrupted = interrupts.name
+    result.not_started = [i.address for i in waiting]
+    return True
+
+
 def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, engine: str, sweep: SweepParams,
            stages_key: str, items: list[str] | None, jobs: int, params: str | Path | None, dry_run: bool,
-           poll_s: float | None, matrix: list[str]) -> SweepResult:
+           poll_s: float | None, matrix: list[str], interrupts: Interrupts) -> SweepResult:
     echo = out.say
     folder = None
     if not dry_run:  # the job folder and its log first: the first line says where the log is
@@ -164,7 +180,11 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
                  f"another ({', '.join(sorted({u.partition('@')[0] for u in serial}))}): add their stage to the "
                  "sweep's stages to run them as jobs")
         if plan.stale_upstream:
+            if _stopped(result, interrupts, plan.to_run):
+                return result
             run = subprocess.run([sys.executable, "-m", "dvc", "repro", *plan.upstream], cwd=root)
+            if _stopped(result, interrupts, plan.to_run):  # dvc repro committed what it finished itself
+                return result
             if run.returncode != 0:
                 raise SweepError(f"upstream: `dvc repro {' '.join(plan.upstream)}` failed (exit status "
                                  f"{run.returncode}); nothing was submitted")
@@ -176,11 +196,13 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
         _prune_lock(root, echo, plan.lock_stale)
         return result
 
+    if _stopped(result, interrupts, plan.to_run):
+        return result
     runner = Engine(engine, sweep, folder, sorted({i.stage for i in plan.to_run}))
     # local: a finished job is seen within 0.1 s (0.5 s cost ~0.25 s per item of a two-job slot)
     poll_s = poll_s if poll_s is not None else (2.0 if engine == "slurm" else 0.1)
     out.note(f"job folder: {_rel(folder, root)}")
-    _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, out)
+    _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, out, interrupts)
     _collect(plan, result, root, echo)
     _prune_lock(root, echo)
     return result
@@ -226,9 +248,10 @@ def launch_order(ready: list[Item], depth: dict[str, int], seconds: dict[str, li
     return sorted(ready, key=lambda i: (-depth.get(i.address, 1), -mean(i.stage), position[i.address]))
 
 def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folder: Path, sweep: SweepParams,
-              jobs: int, poll_s: float, out: SweepOutput) -> None:
+              jobs: int, poll_s: float, out: SweepOutput, interrupts: Interrupts) -> None:
     """Run the plan's stale items as jobs. Per-job events go to the log (``out.note``); the user sees the progress,
-    retries and failures (``out.say``)."""
+    retries and failures (``out.say``). A signal (``interrupts``) stops it between two passes: the running jobs
+    are cancelled (:func:`_cancel`) and what finished is left for the commit."""
     todo = [i for i in plan.to_run]
     stale = {i.address for i in todo}
     finished: set[str] = {i.address for i in plan.up_to_date}
@@ -265,6 +288,10 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
     out.start(len(stale))
     try:
         while todo or running:
+            if _stopped(result, interrupts, todo):
+                out.close()
+                _cancel(running, result, runner, out)
+                break
             # collect what finished
             if runner.name == "slurm" and time.monotonic() - last_refresh > 20:
                 runner.refresh()  # a job killed outside submitit is only seen through sacct
@@ -357,22 +384,44 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
             if todo or running:
                 time.sleep(poll_s)
         out.close()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # no handler could be installed (not the main thread): Python's default
         out.close()
-        for r in running.values():
-            try:
-                r.job.cancel(check=False)
-            except Exception:  # noqa: BLE001 - best effort on the way out
-                pass
-        out.say(f"interrupted: cancelled {len(running)} job(s); committing the {len(result.done)} finished item(s)")
-        result.failed.update({a: "interrupted" for a in running})
-        result.blocked.extend(i.address for i in todo)
+        result.interrupted, result.not_started = "SIGINT", [i.address for i in todo]
+        _cancel(running, result, runner, out)
         restore.close()
         _collect(plan, result, root, out.say)
         raise
     finally:
         out.close()  # a no-op when closed above; the bar must not outlive an error
         restore.close()
+
+def _cancel(running: dict[str, _Running], result: SweepResult, runner: Engine, out: SweepOutput,
+            wait_s: float = CANCEL_WAIT_S) -> None:
+    """The sweep was interrupted: a running job that has just finished counts as done (it is committed with the
+    others), the rest are cancelled (``result.cancelled``); local jobs are waited for (at most ``wait_s``), so that
+    no command of this sweep still writes when it exits."""
+    cancelled = []
+    for address, r in running.items():
+        try:
+            finished = r.job.done() and r.job.exception() is None
+        except Exception:  # noqa: BLE001 - a job without a result: not finished
+            finished = False
+        if finished:
+            result.done.append(address)
+            continue
+        try:
+            r.job.cancel(check=False)
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+        cancelled.append(r)
+        result.cancelled.append(address)
+    out.say(f"interrupted by {result.interrupted}: cancelling {len(cancelled)} running job(s), then committing the "
+            f"{len(result.done) + len(result.restored)} finished item(s)")
+    if runner.name == "local":
+        deadline = time.monotonic() + wait_s
+        while any(not r.job.done() for r in cancelled) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
 
 def _collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], None]) -> None:
     """Commit every finished item in this one process (dvc.lock, cache, run-cache), then check DVC's status."""
