@@ -78,7 +78,7 @@ def test_another_machine_changes_no_metric_beyond_its_noise(runs, capsys):
     rows = verdicts(work, one, two, capsys)
     summary = [r for r in rows if r["path"] == "metrics/summary.json"]
     assert any(r["metric"] == "eps8.exposure_gap_mean.se_seed" for r in summary)  # the uncertainty is written
-    changed = [r for r in rows if r["verdict"] != "within noise"]
+    changed = [r for r in rows if r["verdict"] not in ("within noise", "unchanged")]
     assert changed == [], changed
     moved = [r for r in rows if r["delta"]]
     print(f"another machine: {len(drift)} exact columns moved; {len(rows)} metrics, {len(moved)} differ in their "

@@ -227,10 +227,11 @@ def test_comment_holds_the_changed_param_and_metrics_and_not_the_unchanged(repo,
     assert {m for _, m in changed} == {"loss", "loss_mean", "metric_with_a_rather_long_descriptive_name_0001",
                                        "metric_with_a_rather_long_descriptive_name_0002"}
     assert {v[-1] for v in changed.values()} == {"changed"}
-    # counts, steps and the unchanged wide metric are folded as within noise, with their count in the summary
-    assert {m for _, m in quiet} == {"count", "steps", "n_runs", "metric_with_a_rather_long_descriptive_name_0000"}
-    assert f"<summary>{len(quiet)} metrics within noise</summary>" in metrics
-    assert f"**{len(changed)} changed, 0 new, 0 gone, {len(quiet)} within noise" in metrics
+    # counts, steps and the unchanged wide metric are equal on both sides: unchanged, counted in the summary only
+    assert quiet == {} and "<details>" not in metrics
+    assert f"**{len(changed)} changed, 0 new, 0 gone, 0 within noise, 10 unchanged (changed: |Δ| > 3σ" in metrics
+    for metric in ("count", "steps", "n_runs", "metric_with_a_rather_long_descriptive_name_0000"):
+        assert f"| {metric} |" not in metrics
     # the verdicts lead: cube or committed metrics before the params, the plots last
     assert comment.index("### Committed metrics") < comment.index("### Params")
     assert "not shown" not in comment  # small enough: nothing trimmed
@@ -316,8 +317,8 @@ def test_cube_comment_diffs_the_cube_results_and_lists_the_changed_plot(cubes, t
     cube = section(comment, "Metrics of the CI cube")
     rows, quiet = verdict_tables(cube)
     assert rows[("summary.json", "loss_mean")] == ["0.15", "0.3", "+0.15", "-", "changed"]
-    assert ("summary.json", "n_runs") not in rows and quiet[("summary.json", "n_runs")] == ["2", "2", "+0", "-",
-                                                                                           "within noise"]
+    assert ("summary.json", "n_runs") not in rows and ("summary.json", "n_runs") not in quiet  # unchanged: counted
+    assert "**5 changed, 0 new, 0 gone, 0 within noise, 6 unchanged" in cube
     assert comment.index("### Metrics of the CI cube") < comment.index("### Params") < comment.index("### Plots")
     assert f"Base `{revs['base'][:8]}`: computed (3 stages run, 0 restored)" in cube
     plots = section(comment, "Plots")

@@ -12,8 +12,8 @@ Used by .github/workflows/pr.yml, tested by tests/test_pr_report.py, described i
 
 ``report --base REV --head REV --out DIR [--cube-base FILE --cube-head FILE] [--link URL]``
     writes DIR/comment.md, at most GitHub's 65,536 characters, verdicts first: ``empriv diff`` of the two cube
-    results (the metrics changed beyond their noise, new or gone, then the count of those within noise, folded in
-    ``<details>``), the same for the metrics committed at base and head when they differ, ``dvc params diff``
+    results (its summary line, the metrics changed beyond their noise, new or gone, then those within noise, folded
+    in ``<details>``; the unchanged ones counted), the same for the metrics committed at base and head when they differ, ``dvc params diff``
     between base and head, and the plots whose data differ between the cube results. Tables too long for the
     comment lose whole rows, with a note saying how many and where the rest is: the untrimmed diffs (``*.md``) and
     ``dvc plots diff``'s HTML (``plots/index.html``) are written beside comment.md for the workflow artifact.
@@ -279,12 +279,13 @@ def _cube_line(label: str, record: dict) -> str:
 
 
 def metrics_sections(rows, title: str, intro: str, labels: tuple[str, str], nothing: str) -> list[tuple]:
-    """The comment's sections of one ``empriv diff`` (:mod:`empriv.diff` rows): the title with the counts of each
-    verdict and the table of the changed, new and gone metrics, then the metrics within noise as a table folded
-    in ``<details>`` (each table trimmed by rows when the comment is too long)."""
-    from empriv.diff import markdown_table, summary_line
+    """The comment's sections of one ``empriv diff`` (:mod:`empriv.diff` rows): the title with the summary line of
+    ``empriv diff`` (the counts of each verdict) and the table of the changed, new and gone metrics, then the metrics
+    within noise as a table folded in ``<details>`` (each table trimmed by rows when the comment is too long); the
+    unchanged ones are only counted."""
+    from empriv.diff import loud_rows, markdown_table, summary_line
 
-    loud = [r for r in rows if r.verdict != "within noise"]
+    loud = loud_rows(rows)
     quiet = [r for r in rows if r.verdict == "within noise"]
     out = [(f"### {title}\n\n{intro}\n\n**{summary_line(rows)}**\n", markdown_table(loud, *labels),
             "" if loud else f"{nothing}\n")]
@@ -325,7 +326,7 @@ def build_report(root: Path, base: str, head: str, *, cube_base: dict | None = N
                  None, "")]
     if cubes:
         rows = verdicts(cube_base["commit"], cube_head["commit"])
-        full["metrics_diff.md"] = format_markdown(rows, "base cube", "PR cube")
+        full["metrics_diff.md"] = format_markdown(rows, "base cube", "PR cube", show_all=True)
         sections += metrics_sections(
             rows, "Metrics of the CI cube",
             f"`empriv diff` of the preset `{cube_head.get('preset')}` run over each side's params.yaml (the preset's "
@@ -333,8 +334,8 @@ def build_report(root: Path, base: str, head: str, *, cube_base: dict | None = N
             f"{_cube_line('Base', cube_base)}; {_cube_line('PR', cube_head)}.",
             ("base cube", "PR cube"), "No metric of the cube changed beyond its noise.")
     committed = verdicts(b, h)
-    full["committed_metrics_diff.md"] = format_markdown(committed, f"base {b}", f"PR {h}")
-    if any(r.verdict != "within noise" or r.delta for r in committed):
+    full["committed_metrics_diff.md"] = format_markdown(committed, f"base {b}", f"PR {h}", show_all=True)
+    if any(r.verdict != "unchanged" for r in committed):
         sections += metrics_sections(committed, "Committed metrics",
                                      "This PR changes metrics committed to git (`empriv diff`, base against this PR).",
                                      (f"base {b}", f"PR {h}"), "None beyond its noise.")

@@ -12,7 +12,8 @@
                                      one sweep per workspace (exit 75 while another one runs there); SIGINT or
                                      SIGTERM: cancel, commit what finished, exit 130 / 143
     empriv diff [REV_A] [REV_B]      the DVC metrics of two revisions (default HEAD vs the working tree), each row
-                                     with a verdict: changed, within noise, new, gone (--md, --json)
+                                     with a verdict: changed, new, gone shown; within noise, unchanged
+                                     counted (--all, --md, --json)
 
     empriv --debug …                 show the traceback of an error (user errors are one line each otherwise)
 """
@@ -166,9 +167,9 @@ def _diff(args) -> int:
     if args.json:
         print(json.dumps(to_json(rows), indent=2))
     elif args.md:
-        print(format_markdown(rows, old_label, new_label, z=args.z), end="")
+        print(format_markdown(rows, old_label, new_label, z=args.z, show_all=args.all, rel_tol=args.rel_tol), end="")
     else:
-        print(format_text(rows, old_label, new_label, z=args.z), end="")
+        print(format_text(rows, old_label, new_label, z=args.z, show_all=args.all, rel_tol=args.rel_tol), end="")
     return 0  # a report, not a check: 0 whatever the verdicts
 
 
@@ -265,7 +266,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     from empriv.diff import REL_TOL, Z
 
     d = sub.add_parser("diff", help="the DVC metrics of two git revisions with a verdict per metric: changed (beyond "
-                       "the combined uncertainty), within noise, new, gone; changed first (docs/sweeps.md)")
+                       "the combined uncertainty), within noise, unchanged, new, gone; the counts first, then the "
+                       "changed, new and gone rows (docs/sweeps.md)")
     d.add_argument("rev_a", nargs="?", default="HEAD", help="the old side (default: HEAD)")
     d.add_argument("rev_b", nargs="?", default=None, help="the new side (default: the working tree)")
     d.add_argument("--z", type=float, default=Z, help=f"changed when |Δ| > z·√(σ_a² + σ_b²) (default {Z:g})")
@@ -273,7 +275,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    f"when |Δ| > this fraction of the value (default {REL_TOL:g}; also a floor for the others)")
     d.add_argument("--root", default=".", help="the repository (default: the current directory)")
     dfmt = d.add_mutually_exclusive_group()
-    dfmt.add_argument("--md", action="store_true", help="markdown: the verdicts' table, the rest in <details>")
+    d.add_argument("--all", action="store_true", help="every row, within noise and unchanged too (markdown: folded "
+                   "in <details>)")
+    dfmt.add_argument("--md", action="store_true", help="markdown: the counts, then the changed, new and gone rows")
     dfmt.add_argument("--json", action="store_true", help="one object per row")
     d.set_defaults(func=_diff)
     from empriv.privacy.cli import add_privacy_parser, run as run_privacy

@@ -4,15 +4,19 @@
 and seed noise look like change. Here every metric gets the uncertainty :mod:`empriv.analysis.precision` defines
 (``se_seed``/``se`` beside a mean, ``<key>_se`` beside a coefficient, …) on each side, and one verdict:
 
+- **unchanged**: the same value on both sides (exactly: the written digits are equal);
 - **changed**: ``|Δ| > max(z·σ, rel_tol·max(|old|, |new|))`` with ``σ = √(u_old² + u_new²)`` (:data:`Z` = 3: a
-  difference of pure noise is called changed about once in 370 rows); a metric without an uncertainty (counts,
-  heuristic accuracies, risks, …) is changed when ``|Δ|`` exceeds the relative tolerance :data:`REL_TOL`
+  difference of pure noise is called changed about once in 370 rows); a side without an uncertainty takes the
+  other side's (a file written before its ``_se`` keys existed); a metric without one on either side (design
+  counts, ε, the base model's utility, …) is changed when ``|Δ|`` exceeds the relative tolerance :data:`REL_TOL`
   alone, above the float drift that the written precision (4 significant digits) leaves;
-- **within noise**: everything else, identical values included;
+- **within noise**: every other pair of values;
 - **new** / **gone**: a value only at REV_B / only at REV_A (a missing key or null on the other side).
 
 A p-value (``p_<x>`` beside ``rho_<x>``, ``<x>_p`` beside ``<x>``) takes the verdict of its statistic. Rows are
-sorted changed, new, gone, within noise, and within each by significance ``|Δ|/σ`` (or ``|Δ|`` over the tolerance).
+sorted changed, new, gone, within noise, unchanged, and within each by significance ``|Δ|/σ`` (or ``|Δ|`` over the
+tolerance). The text and markdown forms lead with the counts of each verdict and list the changed, new and gone rows
+only, as ``dvc metrics diff`` lists only what differs; ``show_all`` lists every row.
 
 The metrics files are those dvc.yaml declares at either revision (DVC lists them); each is read with
 ``git show REV:path`` (a revision) or from the working tree (no revision), or through DVC when git does not hold
@@ -34,7 +38,8 @@ from empriv.analysis.precision import is_number, uncertainty
 
 Z = 3.0
 REL_TOL = 2e-3
-ORDER = {"changed": 0, "new": 1, "gone": 2, "within noise": 3}
+ORDER = {"changed": 0, "new": 1, "gone": 2, "within noise": 3, "unchanged": 4}
+LOUD = ("changed", "new", "gone")  # the verdicts shown by default
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,8 @@ def _siblings(flat: dict[str, Any], key: str) -> tuple[dict[str, Any], str]:
 
 def _u(flat: dict[str, Any], key: str) -> float | None:
     sib, leaf = _siblings(flat, key)
-    return uncertainty(sib, leaf)
+    parent = key.rpartition(".")[0]
+    return uncertainty(sib, leaf, parent=_siblings(flat, parent)[0] if parent else None)
 
 
 def _statistic_of_p_value(flat: dict[str, Any], key: str) -> str | None:
@@ -91,10 +97,14 @@ def _row(path: str, key: str, old: dict, new: dict, z: float, rel_tol: float) ->
         return Row(path, key, a, None, None, None, math.inf, "gone")
     if not (is_number(a) and is_number(b)):
         same = a == b
-        return Row(path, key, a, b, None, None, 0.0 if same else math.inf, "within noise" if same else "changed")
+        return Row(path, key, a, b, None, None, 0.0 if same else math.inf, "unchanged" if same else "changed")
     delta = float(b) - float(a)
-    us = [u for u in (_u(old, key), _u(new, key)) if u is not None]
-    sigma = math.sqrt(sum(u * u for u in us)) if us else None
+    u_a, u_b = _u(old, key), _u(new, key)
+    # a side without an uncertainty (a file written before its `_se` keys) takes the other side's
+    sigma = None if u_a is None and u_b is None else math.hypot(u_a if u_a is not None else u_b,
+                                                                 u_b if u_b is not None else u_a)
+    if delta == 0:
+        return Row(path, key, a, b, 0.0, sigma, 0.0, "unchanged")
     floor = rel_tol * max(abs(float(a)), abs(float(b)))
     threshold = max(z * sigma if sigma else 0.0, floor)
     if sigma:
@@ -126,8 +136,9 @@ def compare(old_files: dict[str, dict], new_files: dict[str, dict], *, z: float 
             stat = _statistic_of_p_value(new if key in new else old, key)
             if stat in by_key and row.verdict in ("changed", "within noise"):
                 s = by_key[stat]
-                if s.verdict in ("changed", "within noise"):
-                    by_key[key] = Row(row.path, key, row.old, row.new, row.delta, None, s.significance, s.verdict)
+                if s.verdict in ("changed", "within noise", "unchanged"):  # (a moved p of an unchanged ρ: noise)
+                    by_key[key] = Row(row.path, key, row.old, row.new, row.delta, None, s.significance,
+                                      "within noise" if s.verdict == "unchanged" else s.verdict)
         rows.extend(by_key.values())
     return sorted(rows, key=lambda r: (ORDER[r.verdict], -r.significance, r.path, r.metric))
 
@@ -206,7 +217,7 @@ def _fmt(v: Any) -> str:
 
 
 def _sig(r: Row) -> str:
-    if r.delta is None or r.verdict in ("new", "gone"):
+    if r.delta is None or r.verdict in ("new", "gone", "unchanged"):
         return "-"
     return f"{r.significance:.1f}σ" if r.sigma else "-"  # "-": no uncertainty, the relative tolerance applies
 
@@ -230,30 +241,47 @@ def markdown_table(rows: list[Row], old_label: str, new_label: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary_line(rows: list[Row], z: float = Z) -> str:
+def summary_line(rows: list[Row], z: float = Z, rel_tol: float = REL_TOL) -> str:
+    """``2 changed, 0 new, 0 gone, 180 within noise, 60 unchanged (…)``: the counts of every verdict and the rule."""
     c = counts(rows)
-    return (f"{c['changed']} changed, {c['new']} new, {c['gone']} gone, {c['within noise']} within noise "
-            f"(changed: |Δ| > {z:g}σ, or > {REL_TOL:.1%} of the value for a metric without σ)")
+    return (f"{c['changed']} changed, {c['new']} new, {c['gone']} gone, {c['within noise']} within noise, "
+            f"{c['unchanged']} unchanged (changed: |Δ| > {z:g}σ, σ the combined standard error of both sides, or > "
+            f"{rel_tol:.1%} of the value for a metric without one)")
 
 
-def format_markdown(rows: list[Row], old_label: str, new_label: str, z: float = Z) -> str:
-    """The verdicts first (changed, new, gone: a table), then the rows within noise folded in ``<details>``."""
-    loud = [r for r in rows if r.verdict != "within noise"]
-    quiet = [r for r in rows if r.verdict == "within noise"]
-    parts = [summary_line(rows, z) + "\n"]
+def loud_rows(rows: list[Row]) -> list[Row]:
+    """The rows shown by default: changed, new and gone."""
+    return [r for r in rows if r.verdict in LOUD]
+
+
+def format_markdown(rows: list[Row], old_label: str, new_label: str, z: float = Z, *, show_all: bool = False,
+                    rel_tol: float = REL_TOL) -> str:
+    """The summary line, then the changed, new and gone rows as a table; with ``show_all`` also the rows within
+    noise and the unchanged ones, each folded in ``<details>``."""
+    loud = loud_rows(rows)
+    parts = [summary_line(rows, z, rel_tol) + "\n"]
     if loud:
         parts.append("\n" + markdown_table(loud, old_label, new_label))
-    if quiet:
-        parts.append(f"\n<details><summary>{len(quiet)} metrics within noise</summary>\n\n"
-                     + markdown_table(quiet, old_label, new_label) + "\n</details>\n")
+    if show_all:
+        for verdict in ("within noise", "unchanged"):
+            quiet = [r for r in rows if r.verdict == verdict]
+            if quiet:
+                parts.append(f"\n<details><summary>{len(quiet)} metrics {verdict}</summary>\n\n"
+                             + markdown_table(quiet, old_label, new_label) + "\n</details>\n")
     return "".join(parts)
 
 
-def format_text(rows: list[Row], old_label: str, new_label: str, z: float = Z) -> str:
-    table = [["Path", "Metric", old_label, new_label, "Δ", "Δ/σ", "verdict"], *map(_cells, rows)]
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
-    return "\n".join([*lines, summary_line(rows, z)]) + "\n"
+def format_text(rows: list[Row], old_label: str, new_label: str, z: float = Z, *, show_all: bool = False,
+                rel_tol: float = REL_TOL) -> str:
+    """The summary line, then a table of the changed, new and gone rows (every row with ``show_all``); the summary
+    alone when there is nothing to show."""
+    shown = rows if show_all else loud_rows(rows)
+    lines = [summary_line(rows, z, rel_tol)]
+    if shown:
+        table = [["Path", "Metric", old_label, new_label, "Δ", "Δ/σ", "verdict"], *map(_cells, shown)]
+        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+        lines += ["", *("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table)]
+    return "\n".join(lines) + "\n"
 
 
 def to_json(rows: list[Row]) -> list[dict]:

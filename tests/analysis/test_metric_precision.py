@@ -49,3 +49,32 @@ def test_round_metrics_hides_float_drift_below_the_written_digits():
     assert a["eps2"]["gap"] == {"mean": 4.99, "std": 1.78, "worst": 7.54, "n": 8, "se": 0.63, "se_seed": 0.312,
                                 "n_runs": 16}
     assert a["eps2"]["epsilon"] == 2.0000001 and a["eps2"]["n_configs"] == 8  # ε and counts exact
+
+
+def test_a_count_of_successes_has_a_binomial_standard_error():
+    from empriv.analysis.precision import binomial_standard_error
+
+    assert binomial_standard_error(35, 40) == pytest.approx(math.sqrt(40 * 0.875 * 0.125))  # 2.092
+    assert binomial_standard_error(35, 40) == pytest.approx(2.0917, abs=1e-4)
+    # at 0 or n, p = (k + ½)/(n + 1): a count that could still move
+    assert binomial_standard_error(0, 10) == pytest.approx(math.sqrt(10 * (0.5 / 11) * (10.5 / 11)))
+    assert binomial_standard_error(10, 10) == pytest.approx(binomial_standard_error(0, 10))
+    assert binomial_standard_error(0, 10) == pytest.approx(0.6587, abs=1e-4)
+    assert binomial_standard_error(3, 0) is None and binomial_standard_error(5, 4) is None
+    group = {"acr_searched": 40, "acr_success": 35, "acr_rare_searched": 10, "acr_rare_success": 0, "n_configs": 8,
+             "n_configs_kept": 6}
+    assert uncertainty(group, "acr_success") == pytest.approx(2.0917, abs=1e-4)
+    assert uncertainty(group, "acr_rare_success") == pytest.approx(0.6587, abs=1e-4)
+    assert uncertainty(group, "n_configs_kept") == pytest.approx(math.sqrt(8 * 0.75 * 0.25))
+    assert uncertainty(group, "acr_searched") is None and uncertainty(group, "n_configs") is None  # the design
+    # a score's n (configurations with a value) of its ε group's n_configs: only with the enclosing group given
+    score = {"mean": 3.0, "n": 2, "n_runs": 3}
+    assert uncertainty(score, "n") is None
+    assert uncertainty(score, "n", parent={"n_configs": 8, "n_runs": 16}) == pytest.approx(math.sqrt(8 * 0.25 * 0.75))
+    assert uncertainty(score, "n_runs", parent={"n_configs": 8, "n_runs": 16}) == pytest.approx(
+        math.sqrt(16 * (3 / 16) * (13 / 16)))
+
+
+def test_an_own_standard_error_wins_over_the_rules():
+    assert uncertainty({"std_seeds": 2.0, "n_configs": 3, "std_seeds_se": 0.3}, "std_seeds") == 0.3
+    assert uncertainty({"acr_success": 3, "acr_searched": 4, "acr_success_se": 0.1}, "acr_success") == 0.1

@@ -15,7 +15,14 @@ The uncertainty of a numeric leaf is found from the leaf's name and its siblings
   seed stds' degrees of freedom ``n_runs − n`` replace ``n − 1``;
 - a ratio of two standard deviations (``config_seed_ratio…``): ``value · √(1/(n − 1))``;
 - a Spearman ρ (``rho_…``): ``(1 − ρ²)·√(1.06/(n − 3))``, with ``n`` beside it (Fieller's approximation);
-- anything else (ε, counts, heuristic accuracies, risks, R², p-values, the base utility): no uncertainty.
+- a count of successes ``k`` of ``n`` trials, a binomial standard error ``√(n p (1 − p))``
+  (:func:`binomial_standard_error`; p = k/n, or (k + ½)/(n + 1) at k = 0 or n): ``<x>_success`` beside
+  ``<x>_searched`` (ACR searches), ``n_configs_kept`` beside ``n_configs`` (the retention rule), and, inside a score's
+  entry, ``n`` and ``n_runs`` (the configurations and runs with a value — random for ACR over successes) out of the
+  enclosing ε group's ``n_configs`` and ``n_runs`` (``parent``);
+- anything else (ε, design counts, R² without ``r2_se``, p-values, the base utility): no uncertainty. The analyze
+  stage writes ``<key>_se`` beside the values whose uncertainty needs the runs (a configuration's seed mean, a
+  bootstrap over seeds and configurations for the derived statistics: :mod:`empriv.analysis.bootstrap`).
 
 Writing: a value with an uncertainty ``u > 0`` is rounded to the decimal of the second significant digit of ``u``
 (``mean`` 4.98977 with ``se_seed`` 0.63 → 4.99), so a change in the last written digit is at most ``u/10``.
@@ -47,14 +54,39 @@ def _count(siblings: Mapping[str, Any]) -> float | None:
     return None
 
 
-def uncertainty(siblings: Mapping[str, Any], leaf: str) -> float | None:
-    """The standard uncertainty of ``siblings[leaf]`` (module docstring), or None where none is defined."""
+def binomial_standard_error(k: float, n: float) -> float | None:
+    """The standard error of a count of ``k`` successes in ``n`` trials, ``√(n p (1 − p))`` with p = k/n; at k = 0
+    or k = n (where that is 0, though a rerun could well move the count) p = (k + ½)/(n + 1). None for n ≤ 0 or
+    k outside [0, n]."""
+    if not (is_number(k) and is_number(n)) or n <= 0 or not 0 <= k <= n:
+        return None
+    p = k / n if 0 < k < n else (k + 0.5) / (n + 1)
+    return math.sqrt(n * p * (1 - p))
+
+
+def _binomial_total(siblings: Mapping[str, Any], leaf: str, parent: Mapping[str, Any] | None) -> float | None:
+    """The number of trials behind a count ``leaf`` (module docstring), or None if ``leaf`` is no such count."""
+    if leaf.endswith("_success"):
+        return siblings.get(leaf[: -len("success")] + "searched")
+    if leaf == "n_configs_kept":
+        return siblings.get("n_configs")
+    if leaf in ("n", "n_runs") and "mean" in siblings and parent is not None:
+        return parent.get("n_configs" if leaf == "n" else "n_runs")
+    return None
+
+
+def uncertainty(siblings: Mapping[str, Any], leaf: str, parent: Mapping[str, Any] | None = None) -> float | None:
+    """The standard uncertainty of ``siblings[leaf]`` (module docstring), or None where none is defined.
+    ``parent``: the keys of the enclosing object (the ε group of a score's entry), for the counts that need them."""
     v = siblings.get(leaf)
     if not is_number(v):
         return None
     own = siblings.get(f"{leaf}_se")
     if is_number(own):
         return abs(float(own))
+    total = _binomial_total(siblings, leaf, parent)
+    if is_number(total):
+        return binomial_standard_error(float(v), float(total))
     n = _count(siblings)
     if leaf == "mean":
         for name in ("se_seed", "se"):
