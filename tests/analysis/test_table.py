@@ -46,7 +46,7 @@ def test_run_table_takes_every_numeric_score_and_joins_audit(tmp_path):
     assert t["epsilon"].to_list() == [8.0, 8.0, math.inf, math.inf]  # the run's ε, not the score file's
     assert t["acr_mean"].to_list() == [1.5, None, 1.5, None]
     assert t["air_max"].to_list() == [0.25, None, None, None]
-    assert t["audit_auc"].to_list() == [0.61, None, None, None]
+    assert t["audit_auc"].to_list() == [0.61, 0.61, None, None]  # the configuration's audit, on each of its seeds
     assert t["exposure_gap_worst"].null_count() == 4  # a known column absent from every file: all null
     assert t["epsilon_prv"].to_list()[2] == math.inf
 
@@ -155,7 +155,7 @@ def test_old_and_new_layouts_are_both_read(tmp_path):
                                                  "epsinf-b32-T3-lr0.01-full", "epsinf-b32-T3-lr0.01-lora"]
     by = {(c, m): v for c, m, v in zip(t["config"], t["method"], t["test_nll"])}
     assert by[("eps8-b32-T3-lr0.01-s1-lora", "lora")] == 4.0 and by[("eps8-b32-T3-lr0.01-s1-full", "full")] == 3.0
-    assert t.filter(pl.col("audit_eps_lb_95").is_not_null())["audit_eps_lb_95"].to_list() == [0.5, 0.25]
+    assert t.filter(pl.col("audit_eps_lb_95").is_not_null())["audit_eps_lb_95"].to_list() == [0.5, 0.25, 0.5, 0.25]
     assert "trainable_parameters" in t.columns and "audit_trainable_parameters" not in t.columns
     configs = config_table(t, ["test_nll"])
     assert configs.height == 4 and set(configs["method"].to_list()) == {"full", "lora"}
@@ -204,3 +204,38 @@ def test_read_run_table_without_a_method_column_is_full(tmp_path):
     t.drop("method").write_csv(tmp_path / "one.csv")
     back = read_run_table(tmp_path / "one.csv")
     assert back["method"].to_list() == ["full", "full"] and back["group"].to_list() == ["eps2-b64-T16-lr0.01"] * 2
+
+
+def test_the_audit_is_joined_by_configuration_whatever_the_seeds_of_either_cube(tmp_path):
+    """Issue 42: re-seeding the main cube (seeds 2, 3; the audit cube at seed 0) once dropped every audit column —
+    the join looked for the audit record of the run's own seed — and `empriv diff` read 14 audit rows as gone."""
+    from empriv.analysis.metrics import config_metrics, summary_metrics
+    from empriv.analysis.table import audit_runs_outside_cube
+
+    def cube(seeds, audit_seeds):
+        return parse_params({"cube": {"epsilon": [8], "batch_size": [32, 64], "steps": [3], "learning_rate": [0.01],
+                                      "seed": seeds},
+                             "audit": {"cube": {"epsilon": [8], "batch_size": [32, 64], "steps": [3],
+                                                "learning_rate": [0.01], "seed": audit_seeds}}})
+
+    def table(p, root):
+        for run in p.runs():
+            write(root / "train" / f"{run.file_stem}.json", {"sampler": "poisson"})
+            write(root / "score" / f"{run.file_stem}.json", {"test_nll": 1.0 + run.seed / 10, "exposure_gap_mean": 2.0})
+        for run in p.audit_runs():
+            write(root / "audit" / f"{run.file_stem}.json", {"audit_eps_lb_95": run.batch_size / 100 + run.seed / 10})
+        return run_table(p, root / "train", root / "score", root / "audit")
+
+    keys = {}
+    for seeds, audit in (([0, 1], [0]), ([2, 3], [0]), ([2, 3], [1, 3])):
+        p = cube(seeds, audit)
+        t = table(p, tmp_path / f"{seeds}-{audit}")
+        assert audit_runs_outside_cube(p, tmp_path / f"{seeds}-{audit}" / "audit", t) == []
+        c = config_metrics(t, "exposure_gap_mean", "test_nll")
+        keys[(tuple(seeds), tuple(audit))] = {(g, k) for g, e in c.items() for k in e}
+        mean_audit_seed = sum(audit) / len(audit) / 10  # averaged over the audit cube's seeds
+        assert c["eps8-b64-T3-lr0.01"]["audit_eps_lb_95"] == pytest.approx(0.64 + mean_audit_seed)
+        assert summary_metrics(t, ["exposure_gap_mean"], "test_nll", None)["eps8"]["audit_eps_lb_95"] == pytest.approx(
+            0.64 + mean_audit_seed)
+    assert len({frozenset(k) for k in keys.values()}) == 1  # the same metric keys whatever the seeds
+    assert ("eps8-b32-T3-lr0.01", "audit_eps_lb_95") in keys[((2, 3), (0,))]

@@ -15,6 +15,7 @@ Record layouts (both are read, so a tree written before the cube had a method ax
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +127,9 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
     lacks it). ``group`` is the configuration without its seed; with more than one method in the table it ends in
     ``-<method>`` (so each method's configurations stay apart); with one method it is as before methods existed.
     Score columns: every top-level numeric scalar of the score record (missing or null → null).
-    Audit columns (``audit_…``): joined by configuration from the audit record of the same unit, method and point
-    when it exists. Both record layouts are read (module docstring).
+    Audit columns (``audit_…``): joined by configuration, whatever the seeds (:func:`configuration_audit`): every run
+    of a configuration carries the audit of that configuration, so the main cube's seeds can change and its audit
+    rows stay. Both record layouts are read (module docstring).
     """
     import polars as pl
 
@@ -161,9 +163,8 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
         scores = numeric_scalars(s, NON_SCORE_KEYS | set(row))
         score_keys.update(dict.fromkeys(scores))
         row["__scores"] = scores
-        apath = find_record(audit_dir, run, method, default_method=run_method) if audit_dir is not None else None
-        audit = (numeric_scalars(read_json(apath), NON_SCORE_KEYS | set(row) | set(scores))
-                 if apath is not None else {})
+        audit = (configuration_audit(params, audit_dir, run, method, run_method, NON_SCORE_KEYS | set(row) | set(scores))
+                 if audit_dir is not None else {})
         audit_keys.update(dict.fromkeys(audit))
         row["__audit"] = audit
         rows.append(row)
@@ -183,6 +184,34 @@ def run_table(params: Params, train_dir: str | Path, score_dir: str | Path, audi
     schema_overrides = {k: pl.Float64 for k in ordered + audit_cols}
     schema_overrides["trainable_parameters"] = pl.Int64
     return pl.DataFrame(rows, infer_schema_length=None, schema_overrides=schema_overrides)
+
+
+def audit_seeds(params: Params) -> list[int]:
+    """The seeds of the audit cube (the audit trains its own models: its seeds are not the main cube's)."""
+    cube = getattr(getattr(params, "audit", None), "cube", None)
+    return list(dict.fromkeys(int(s) for s in (getattr(cube, "seed", None) or [0])))
+
+
+def configuration_audit(params: Params, audit_dir: str | Path, run, method: str | None, run_method: str,
+                        skip: frozenset[str] | set[str]) -> dict[str, float | None]:
+    """The audit of ``run``'s configuration (same ε, b, T, η, unit and method; any seed of the audit cube,
+    :func:`audit_seeds`): every numeric scalar of its audit records but ``skip``, averaged over the audit seeds with
+    a record (null where none has a value); ``{}`` when the configuration was not audited. The main cube's seed plays
+    no part: re-seeding the cube (``cube.seed``) keeps the audit joined."""
+    from dataclasses import replace
+
+    records = []
+    for seed in audit_seeds(params):
+        path = find_record(audit_dir, replace(run, seed=seed), method, default_method=run_method)
+        if path is not None:
+            records.append(numeric_scalars(read_json(path), skip))
+    if len(records) <= 1:
+        return records[0] if records else {}
+    out: dict[str, float | None] = {}
+    for key in dict.fromkeys(k for r in records for k in r):
+        vals = [r[key] for r in records if r.get(key) is not None and not math.isnan(r[key])]
+        out[key] = sum(vals) / len(vals) if vals else None
+    return out
 
 
 def _cube_records(params: Params, train_dir: str | Path, score_dir: str | Path):
@@ -210,12 +239,16 @@ def score_records(params: Params, train_dir: str | Path, score_dir: str | Path,
 
 
 def audit_runs_outside_cube(params: Params, audit_dir: str | Path, table=None) -> list[str]:
-    """Names of the audit cube's runs that have an audit record but no run in the main cube (``table``'s
-    ``config`` column, or ``params.runs()``): they have no memorisation scores to correlate with."""
+    """Names of the audit cube's runs that have an audit record but no configuration in the main cube (the same ε,
+    b, T, η, unit and method at any seed: ``table``'s ``config`` column, or ``params.runs()``): they have no
+    memorisation scores to correlate with."""
+    def configuration(name: str) -> str:  # the run's name without its seed
+        return re.sub(r"-s\d+(?=-|$)", "", name, count=1)
+
     if table is not None:
-        names = set(table["config"].to_list())
+        names = {configuration(n) for n in table["config"].to_list()}
     else:
-        names = {run_name(r, m) for r in params.runs() for m in run_methods(params, r)}
+        names = {configuration(run_name(r, m)) for r in params.runs() for m in run_methods(params, r)}
     audit_params = getattr(params, "audit", None)
     out = []
     for run in params.audit_runs():
@@ -225,7 +258,7 @@ def audit_runs_outside_cube(params: Params, audit_dir: str | Path, table=None) -
             methods = [str(x) for x in listed] if isinstance(listed, (list, tuple)) and listed else [None]
         for m in methods:
             name = run_name(run, m)
-            if name not in names and find_record(audit_dir, run, m) is not None:
+            if configuration(name) not in names and find_record(audit_dir, run, m) is not None:
                 out.append(name)
     return out
 
