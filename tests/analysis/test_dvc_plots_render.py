@@ -233,6 +233,24 @@ def _run(cmd: list[str], cwd: Path) -> str:
     return proc.stdout + proc.stderr
 
 
+def acr_score_records(seed: int) -> list[dict]:
+    """Score records of a small cube as the score stage writes them: three secrets (two frequent, one rare), ε ∈ {2, 8,
+    ∞} × 2 seeds, ACR found more often as ε grows (``seed`` shifts which searches succeed)."""
+    secrets = [("secret-00", "phone_block", 300, 0.1), ("secret-01", "forwarded_by", 150, 0.05),
+               ("secret-02", "address_list", 3, 0.001)]
+    records = []
+    for e_i, eps in enumerate([2, 8, "inf"]):
+        for run_seed in (0, 1):
+            rows = []
+            for k, (sid, kind, occ, freq) in enumerate(secrets):
+                found = (e_i + run_seed + seed + k) % 3 != 2 and (freq > 0.01 or eps == "inf")
+                rows.append({"id": sid, "kind": kind, "occurrences": occ, "frequency": freq, "acr_success": found,
+                             "acr": 2.0 + e_i + k if found else None, "acr_upper_bound": None if found else 1.5})
+            records.append({"epsilon": eps, "seed": run_seed, "config": f"eps{eps}-b8-T10-lr0.01-s{run_seed}",
+                            "acr_protocol": {"ran": True, "rare_frequency": 0.01}, "per_secret": rows})
+    return records
+
+
 def write_plot_files(work: Path, *, seed: int, steps: tuple[int, ...]) -> None:
     """plots/analysis/ and plots/profiles/ as the analyze and profiles stages write them (real code, small inputs)."""
     from empriv.analysis.figures import make_figures, write_plot_data
@@ -247,6 +265,9 @@ def write_plot_files(work: Path, *, seed: int, steps: tuple[int, ...]) -> None:
                                          monte_carlo_trials=50, base_utility=2.0)
     assert set(make_figures(analysis, configs, analysis_dir)) == {"variance", "jitter", "one_at_a_time",
                                                                   "hyperparameters", "heuristics", "selection", "risks"}
+    from empriv.analysis.acr_frequency import acr_by_frequency
+
+    analysis["acr_by_frequency"] = acr_by_frequency(acr_score_records(seed))  # the analyze stage adds it so
     write_plot_data(analysis, configs, analysis_dir)
     rows = cube_profiles([2.0, 8.0, math.inf], [20, 100], list(steps), 1000, DELTA, "rdp")
     (profiles_dir / "profiles.csv").write_text(profiles_csv(rows), encoding="utf-8")
@@ -316,6 +337,9 @@ def expected_marks(work: Path, revs: list[str]) -> dict[str, dict[str, int]]:
         risks = _csv(work, rev, "plots/analysis/risks.csv")
         add("plots_analysis_risks_csv", "rect", len(_filled(risks, "absolute_risk")))
         add("relative_risk", "rect", len(_filled(risks, "relative_risk")))
+        frequency = _csv(work, rev, "plots/analysis/acr_by_frequency.csv")  # a point per (ε, secret), a line per ε
+        add("plots_analysis_acr_by_frequency_csv", "symbol", len(_filled(frequency, "success_rate")))
+        add("plots_analysis_acr_by_frequency_csv", "line", len({r["epsilon"] for r in _filled(frequency, "success_rate")}))
         selection = _csv(work, rev, "plots/analysis/selection.csv")
         add("plots_analysis_selection_csv", "symbol", len(selection))
         add("plots_analysis_selection_csv", "line", len({(r["score"], r["epsilon"], r["method"]) for r in selection}))
@@ -358,7 +382,8 @@ def diffed(repo, vega_routes) -> dict:
 
 VEGA_PLOTS = {"plots_profiles_profiles_csv", "calibrated_sigma", "plots_analysis_variance_csv",
               "plots_analysis_jitter_csv", "plots_analysis_seed_vs_configuration_csv", "plots_analysis_one_at_a_time_csv",
-              "plots_analysis_heuristics_csv", "plots_analysis_selection_csv", "plots_analysis_risks_csv", "relative_risk"}
+              "plots_analysis_heuristics_csv", "plots_analysis_selection_csv", "plots_analysis_risks_csv", "relative_risk",
+              "plots_analysis_acr_by_frequency_csv"}
 
 
 def check_rendered(result: dict, want: dict[str, dict[str, int]], n_revs: int, repo: Path) -> None:
@@ -382,6 +407,9 @@ def check_rendered(result: dict, want: dict[str, dict[str, int]], n_revs: int, r
     fig5 = plots["plots_analysis_one_at_a_time_csv"]  # the varied hyperparameter on a log axis (per panel)
     assert any(s["type"] == "log" and '"value"' in s["domain"] for s in fig5["scales"]), fig5["scales"]
     assert "ε = ∞" in plots["plots_analysis_heuristics_csv"]["texts"]
+    freq = plots["plots_analysis_acr_by_frequency_csv"]  # ACR by secret frequency: ∞ in the legend, frequency on a log axis
+    assert "∞" in freq["texts"] and {"frequent", "rare"} <= set(freq["texts"])
+    assert any(s["type"] == "log" and "frequency" in s["domain"] for s in freq["scales"]), freq["scales"]
     # log axes: δ of the profiles (labels are powers of ten over several decades), σ of the calibrated σ
     prof = plots["plots_profiles_profiles_csv"]
     assert any(s["type"] == "log" and "delta" in s["domain"] for s in prof["scales"]), prof["scales"]
