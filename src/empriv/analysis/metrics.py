@@ -149,22 +149,58 @@ def summary_metrics(table, scores: list[str], utility: str, base_utility: float 
 
 def config_metrics(table, primary: str | None, utility: str) -> dict:
     """``metrics/configs.json``: one entry per configuration (seeds averaged), keyed by its name without the seed
-    (``eps8-b64-T16-lr0.005``): the primary privacy score, the utility and, for audited
-    configurations, the audit's ε̂ lower bound — a flat results table, one row per configuration (seed counts are in
-    records/runs.csv: a diff row per configuration that never changes would only lengthen `dvc metrics diff`)."""
+    (``eps8-b64-T16-lr0.005``): the primary privacy score and the utility, each with its standard error over the
+    seeds (``<score>_se``: :func:`seed_standard_errors`), and, for audited configurations, the audit's ε̂ lower
+    bound — a flat results table, one row per configuration (seed counts are in records/runs.csv: a diff row per
+    configuration that never changes would only lengthen `dvc metrics diff`)."""
     from empriv.analysis.table import config_table
 
     columns = [c for c in dict.fromkeys([primary, utility, "audit_eps_lb_95"]) if c and c in table.columns]
     configs = config_table(table, columns)
+    errors = {c: seed_standard_errors(configs, c) for c in columns if not c.startswith("audit_")}
     out: dict = {}
-    for row in configs.iter_rows(named=True):
+    for i, row in enumerate(configs.iter_rows(named=True)):
         entry = {}
         for c in columns:
             v = row[c]
             if c.startswith("audit_") and v is None:
                 continue  # not audited: no key (the audit cube is small), rather than a column of nulls
             entry[c] = None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+            if c in errors:
+                entry[f"{c}_se"] = None if entry[c] is None else errors[c][i]
         out[row["group"]] = entry
+    return out
+
+
+def seed_standard_errors(configs, column: str) -> list[float | None]:
+    """Per row of a :func:`empriv.analysis.table.config_table`: the standard error of its seed mean of ``column``,
+    s/√k over its k ≥ 2 seeds with a value (s their standard deviation). A configuration with one seed gets the
+    pooled within-configuration seed standard deviation of ``column`` at its ε, √(Σ (k_j − 1) s_j² / Σ (k_j − 1))
+    over the configurations of that ε with two or more seeds (what a second seed would have told); null when no
+    configuration at that ε has two seeds (then nothing in the cube says how much a seed moves it) or the row has
+    no value."""
+    import polars as pl
+
+    std_col, n_col = f"{column}__seed_std", f"{column}__n_seeds"
+    rows = configs.select(pl.col("epsilon"), pl.col(std_col).cast(pl.Float64).fill_nan(None).alias("s"),
+                          pl.col(n_col).alias("k")).iter_rows()
+    rows = list(rows)
+    pooled: dict[float, list[float]] = {}
+    for eps, s, k in rows:
+        if s is not None and k is not None and k >= 2:
+            acc = pooled.setdefault(eps, [0.0, 0.0])
+            acc[0] += (k - 1) * s * s
+            acc[1] += k - 1
+    out: list[float | None] = []
+    for eps, s, k in rows:
+        if not k:
+            out.append(None)
+        elif k >= 2 and s is not None:
+            out.append(s / math.sqrt(k))
+        elif eps in pooled and pooled[eps][1] > 0:
+            out.append(math.sqrt(pooled[eps][0] / pooled[eps][1]))
+        else:
+            out.append(None)
     return out
 
 
@@ -176,8 +212,9 @@ def analysis_metrics(analysis: dict) -> dict:
     configuration, a seed std of 0 — and records/analysis.json → ``table8`` says why), the regression's R² and
     coefficients (individual hyperparameters, log scale) with their standard errors (``coef_<term>_se``; the 95 %
     confidence interval is coef ± 1.96 se), the heuristics' accuracies and the absolute selection risk
-    of Algorithm 1 and of the best-utility baseline — keyed by the score's name. The whole analysis (every score,
-    p-values, sweeps, correlations) is ``records/analysis.json``."""
+    of Algorithm 1 and of the best-utility baseline — keyed by the score's name — each derived statistic with its
+    standard error ``<key>_se`` when the analysis ran its bootstrap (:func:`_add_standard_errors`). The whole
+    analysis (every score, p-values, sweeps, correlations) is ``records/analysis.json``."""
     s = analysis.get("primary_score")
     out: dict = {"n_configs": analysis["n_configs"], "n_configs_kept": analysis["n_configs_kept"]}
     if not s:
@@ -208,6 +245,7 @@ def analysis_metrics(analysis: dict) -> dict:
         for m in RISK_METHODS:
             if m in risks:
                 per.setdefault(label, {})[f"risk_{m}"] = risks[m]["absolute_risk"]
+    _add_standard_errors(per, analysis, s)
     out[s] = {_key(label): v for label, v in per.items()}
     # other adaptation methods (the table held several): Table 8's two standard deviations per ε, keyed eps8-<method>
     methods = analysis.get("methods") or {}
@@ -218,6 +256,29 @@ def analysis_metrics(analysis: dict) -> dict:
     if spread:
         out["audit_spread"] = spread
     return out
+
+
+def _add_standard_errors(per: dict, analysis: dict, score: str) -> None:
+    """``<key>_se`` beside each derived statistic of ``per`` (ε label → metrics): the nested bootstrap's
+    (``analysis["standard_errors"]``, :mod:`empriv.analysis.bootstrap`); a heuristic's accuracy at least the binomial
+    standard error of its n_correct of n_pairs (a bootstrap in which every resample agrees says 0); the kept
+    configurations ``n_configs`` the binomial standard error of that count of the ε group's configurations."""
+    from empriv.analysis.precision import binomial_standard_error
+
+    boot = analysis.get("standard_errors") or {}
+    for label, e in per.items():
+        errors = boot.get(label) or {}
+        for key in [k for k in e if not k.endswith("_se")]:
+            if key in errors and e.get(key) is not None:
+                e[f"{key}_se"] = errors[key]
+            if key.startswith("heuristic_") and e.get(key) is not None:
+                h = ((analysis["heuristics"].get(label) or {}).get(score) or {}).get(key[len("heuristic_"):]) or {}
+                floor = binomial_standard_error(h.get("n_correct"), h.get("n_pairs"))
+                if floor is not None:
+                    e[f"{key}_se"] = max(e.get(f"{key}_se") or 0.0, floor / h["n_pairs"])
+        total = (analysis.get("retention") or {}).get(label, {}).get("n_configs")
+        if boot and e.get("n_configs") is not None and total:
+            e["n_configs_se"] = binomial_standard_error(e["n_configs"], total)
 
 
 def audit_spread_metrics(spread: dict | None, primary: str, utility: str | None) -> dict:

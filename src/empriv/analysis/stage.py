@@ -70,7 +70,8 @@ def value_coverage(table, configs, scores: list[str], by: str = "epsilon") -> di
 def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_nll", base_utility: float | None = None,
                      retention_fraction: float = 0.9, monte_carlo_trials: int = 5000, seed: int = 0,
                      group_by: tuple[str, ...] = ("epsilon",),
-                     audit_outside_cube: list[str] | None = None) -> tuple[dict, object]:
+                     audit_outside_cube: list[str] | None = None,
+                     bootstrap_replicates: int = 0) -> tuple[dict, object]:
     """Every statistic of the report from the run table (pure computation). Returns (analysis, retained configurations).
 
     Scores in ``privacy_scores`` that are absent or have no value are skipped and named in ``notes``.
@@ -87,6 +88,10 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
     the analysis has no ``methods`` key. ``audit_spread``: ε̂ ranked and correlated across the audited
     configurations at each finite ε (:func:`empriv.analysis.audit_spread.audit_spread`); ``audit_outside_cube``
     names audit runs without a main-cube run (reported there).
+
+    ``standard_errors`` (ε label → key → standard error): with ``bootstrap_replicates`` > 0 (the analyze stage:
+    :data:`empriv.analysis.bootstrap.REPLICATES`), the nested bootstrap's standard errors of the primary score's
+    derived statistics (:func:`empriv.analysis.bootstrap.analysis_standard_errors`), ``{}`` otherwise.
     """
     import polars as pl
 
@@ -214,6 +219,14 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
     table8_primary = table8(configs, primary, configs_all=configs_all)
     fig5 = one_at_a_time(configs_all, primary, kept_groups=kept_groups)
 
+    standard_errors = {}
+    if bootstrap_replicates > 0:
+        from empriv.analysis.bootstrap import analysis_standard_errors
+
+        standard_errors = analysis_standard_errors(table, primary, utility, base_utility=base_utility,
+                                                   retention_fraction=retention_fraction,
+                                                   replicates=bootstrap_replicates)
+
     finite = [e for e in sorted(configs["epsilon"].unique().to_list()) if math.isfinite(e)]
     focus = epsilon_label(finite[-1]) if finite else (epsilon_label(configs["epsilon"].max()) if configs.height else "inf")
     analysis = {
@@ -225,6 +238,7 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
         "coverage": coverage, "variance": variance, "seed_vs_configuration": svc, "regression": regression, "heuristics": heuristics,
         "selection": selection, "correlations": correlations, "monte_carlo_trials": monte_carlo_trials, "seed": seed,
         "audit_spread": spread, "table8": table8_primary, "one_at_a_time": fig5, "notes": notes,
+        "standard_errors": standard_errors, "bootstrap_replicates": bootstrap_replicates,
     }
     if method_section is not None:
         analysis["methods"] = method_section

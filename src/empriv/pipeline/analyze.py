@@ -9,6 +9,7 @@ from pathlib import Path
 
 from empriv import paths
 from empriv.config import Params
+from empriv.analysis.bootstrap import REPLICATES as BOOTSTRAP_REPLICATES
 from empriv.io import atomic_dir, atomic_path, read_json, write_json
 
 # Facts of each run's training shown in the report's assumptions table.
@@ -66,7 +67,8 @@ def main(params: Params) -> dict:
         table, privacy_scores=list(ap.privacy_scores), utility=ap.utility,
         base_utility=base, retention_fraction=ap.retention_fraction,
         monte_carlo_trials=ap.monte_carlo_trials, seed=ap.seed,
-        audit_outside_cube=audit_runs_outside_cube(params, paths.AUDIT_METRICS_DIR, full))
+        audit_outside_cube=audit_runs_outside_cube(params, paths.AUDIT_METRICS_DIR, full),
+        bootstrap_replicates=BOOTSTRAP_REPLICATES)  # the derived statistics' standard errors (empriv diff's)
     # the adaptation audit (adaptation_audit.cube; none in the default run): its runs' attacks, per dataset × method × ε
     adaptation = analyze_adaptation_audit(paths.ADAPTATION_AUDIT_DIR, paths.ADAPTATION_AUDIT_TABLE)
     if adaptation is not None:
