@@ -12,7 +12,8 @@ The uncertainty of a numeric leaf is found from the leaf's name and its siblings
 - ``worst`` (one configuration's mean): ``se_seed · √n``, the seed standard error of one configuration, else ``std``;
 - a standard deviation or standard error (``std``, ``se``, ``se_seed``, ``std_configs``, ``std_seeds``, ``…_se``):
   ``value / √(2(n − 1))``, with ``n`` or ``n_configs`` beside it (the normal approximation); for ``se_seed`` the
-  seed stds' degrees of freedom ``n_runs − n`` replace ``n − 1``;
+  seed stds' degrees of freedom ``n_runs − n`` replace ``n − 1``; a ``…_se`` without a count of two or more beside it
+  (a configuration's ``<score>_se`` in configs.json) ``value / √2``, as if from two seeds (the fewest: an upper bound);
 - a ratio of two standard deviations (``config_seed_ratio…``): ``value · √(1/(n − 1))``;
 - a Spearman ρ (``rho_…``): ``(1 − ρ²)·√(1.06/(n − 3))``, with ``n`` beside it (Fieller's approximation);
 - a count of successes ``k`` of ``n`` trials, a binomial standard error ``√(n p (1 − p))``
@@ -102,7 +103,11 @@ def uncertainty(siblings: Mapping[str, Any], leaf: str, parent: Mapping[str, Any
         df = float(siblings["n_runs"]) - n  # the seed stds' degrees of freedom: Σ (k_i − 1)
         return abs(float(v)) / math.sqrt(2 * df) if df >= 1 else None
     if leaf in SPREAD_LEAVES or leaf.endswith("_se"):
-        return abs(float(v)) / math.sqrt(2 * (n - 1)) if n and n >= 2 else None
+        if n and n >= 2:
+            return abs(float(v)) / math.sqrt(2 * (n - 1))
+        # a standard error without a count beside it (a configuration's, over its seeds): as if from two draws, the
+        # fewest a standard deviation has — the most it can move when the seeds change
+        return abs(float(v)) / math.sqrt(2) if leaf.endswith("_se") else None
     if leaf.startswith("config_seed_ratio"):
         return abs(float(v)) * math.sqrt(1 / (n - 1)) if n and n >= 2 else None
     if leaf.startswith("rho_"):
