@@ -195,13 +195,19 @@ def commit(repo: Path, summary: dict, message: str) -> str:
     return sh(["git", "rev-parse", "HEAD"], repo)
 
 
-@pytest.mark.slow
-def test_empriv_diff_reads_two_revisions_and_the_working_tree(tmp_path, capsys):
+def dvc_repo(tmp_path: Path) -> Path:
+    """A git + DVC repository in ``tmp_path/repo`` whose dvc.yaml declares the metrics of ``DVC_YAML``."""
     repo = tmp_path / "repo"
     repo.mkdir()
     sh(["git", "init", "-q", "-b", "main"], repo)
     sh(["dvc", "init", "-q"], repo)
     (repo / "dvc.yaml").write_text(DVC_YAML)
+    return repo
+
+
+@pytest.mark.slow
+def test_empriv_diff_reads_two_revisions_and_the_working_tree(tmp_path, capsys):
+    repo = dvc_repo(tmp_path)
     a = commit(repo, {"eps8": {"gap": score(5.0, 0.1)}, "n_runs": 16}, "a")
     b = commit(repo, {"eps8": {"gap": score(9.0, 0.1)}, "n_runs": 16, "extra": 1.0}, "b")
     assert main(["diff", a, b, "--root", str(repo), "--json"]) == 0
@@ -234,11 +240,7 @@ metrics:
 @pytest.mark.slow
 def test_a_declared_metrics_file_missing_or_unreadable_is_one_line_and_exit_2(tmp_path, capsys):
     """Once, metrics/configs.json missing from the working tree read as 56 rows "gone", exit 0: a CI gate passed."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    sh(["git", "init", "-q", "-b", "main"], repo)
-    sh(["dvc", "init", "-q"], repo)
-    (repo / "dvc.yaml").write_text(DVC_YAML)
+    repo = dvc_repo(tmp_path)
     a = commit(repo, {"n_runs": 16, "kept": 1.0}, "a: one metrics file")
     (repo / "dvc.yaml").write_text(DVC_YAML_TWO)  # a second file declared, not written yet: missing at b
     b = commit(repo, {"n_runs": 16}, "b: configs.json declared")
