@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from empriv.config import SlurmParams, SweepParams
+from empriv.infra.sweep.leftovers import forget_command, group_members, record_command
 from empriv.infra.sweep.plan import Item, SweepError, merged_resources
 
 SUBMITIT_PIN = "submitit==1.5.4"
@@ -151,6 +152,7 @@ class StageJob(_Checkpointable):
             # own session: a signal meant for the job step reaches the command only through checkpoint()
             self._proc = subprocess.Popen(_shell_argv(command), cwd=self.wdir, env=env, start_new_session=True,
                                           preexec_fn=_die_with_parent)
+            record = record_command(self.folder, self.address, self._proc.pid, self.root)  # leftovers.py: for a job killed
             try:
                 # poll rather than wait(): Popen.wait() holds a lock that checkpoint(), run from submitit's signal
                 # handler in this same thread, would need
@@ -158,9 +160,16 @@ class StageJob(_Checkpointable):
                 while (returncode := self._proc.poll()) is None:
                     time.sleep(wait)
                     wait = min(0.2, wait * 1.5)
-            finally:  # cancelled (SIGINT), requeued or failing: the command's process group goes with the job
-                self._terminate(grace_s=5)
-                self._proc = None
+            finally:  # cancelled (SIGINT), requeued or failing: the command's process group goes with the job;
+                # a second SIGINT/SIGTERM (the terminal's and the controller's) must not cut this short
+                mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+                try:
+                    self._terminate(grace_s=5)
+                    if not group_members(self._proc.pid):
+                        forget_command(record)
+                    self._proc = None
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             if returncode != 0:
                 how = _failure(returncode)
                 raise RuntimeError(f"{self.address}: command failed ({how}) on attempt {attempt}")
@@ -171,7 +180,12 @@ class StageJob(_Checkpointable):
         """SIGTERM to the command's process group, SIGKILL after ``grace_s`` (no blocking wait: this may run
         inside a signal handler)."""
         proc = self._proc
-        if proc is None or proc.poll() is not None:
+        if proc is None:
+            return
+        if proc.poll() is not None:  # the shell has ended; what it forked and left running goes too
+            if group_members(proc.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
             return
         try:
             os.killpg(proc.pid, signal.SIGTERM)

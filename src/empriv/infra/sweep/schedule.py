@@ -21,6 +21,7 @@ from empriv.infra.dvc_adapter import (RunCacheRestorer, commit_stages, quiet_log
 from empriv.infra.sweep.faults import deterministic_cause
 from empriv.infra.sweep.interrupts import Interrupts
 from empriv.infra.sweep.jobs import Engine, attempts_of, check_slurm, no_result_reason, require_submitit
+from empriv.infra.sweep.leftovers import stop_leftovers, sweep_folders
 from empriv.infra.sweep.lock import workspace_lock
 from empriv.infra.sweep.output import SweepOutput, SweepResult, eta_seconds, log_tail, summary_line
 from empriv.infra.sweep.plan import (Item, Plan, SweepError, load_sweep_params, make_plan, matrix_stages,
@@ -136,6 +137,9 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
             f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         out.open_log(folder / LOG_NAME)
         result.folder, result.log = folder, folder / LOG_NAME
+        # a sweep that was killed (SIGKILL, a lost terminal) left its commands running: this one holds the lock now
+        _say_stopped(echo, stop_leftovers(sweep_folders(folder.parent), root), "an earlier sweep left running (it was "
+                     "killed before it could stop them)")
     between = [i.address for i in plan.items if i.between]
     echo(f"sweep: engine {engine}, stages {', '.join(plan.stages)}"
          + (f" (and between them: {', '.join(between)})" if between else "")
@@ -202,7 +206,11 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
     # local: a finished job is seen within 0.1 s (0.5 s cost ~0.25 s per item of a two-job slot)
     poll_s = poll_s if poll_s is not None else (2.0 if engine == "slurm" else 0.1)
     out.note(f"job folder: {_rel(folder, root)}")
-    _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, out, interrupts)
+    try:
+        _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, out, interrupts)
+    finally:  # a local job killed by SIGKILL leaves its command running: it ends with the sweep (leftovers.py)
+        if engine == "local":
+            _say_stopped(echo, stop_leftovers([folder], root), "their jobs left running")
     _collect(plan, result, root, echo)
     _prune_lock(root, echo)
     return result
@@ -421,6 +429,12 @@ def _cancel(running: dict[str, _Running], result: SweepResult, runner: Engine, o
         deadline = time.monotonic() + wait_s
         while any(not r.job.done() for r in cancelled) and time.monotonic() < deadline:
             time.sleep(0.1)
+
+
+def _say_stopped(echo: Callable[[str], None], stopped: list[str], whose: str) -> None:
+    if stopped:
+        shown = ", ".join(stopped[:4]) + (f" and {len(stopped) - 4} more" if len(stopped) > 4 else "")
+        echo(f"stopped {len(stopped)} stage command(s) {whose}: {shown}")
 
 
 def _collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], None]) -> None:
