@@ -453,6 +453,7 @@ def _digest(directory: Path) -> dict:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.alone  # 2 torch threads: run with the machine to itself (Makefile, `make test`)
 def test_a_train_stage_in_a_worker_is_bit_identical_to_a_plain_run(full, tmp_path):
     work = tmp_path / "project"
     scratch_project(work)
