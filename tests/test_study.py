@@ -212,26 +212,27 @@ def test_the_research_cpu_preset_is_the_research_design_at_cpu_scale():
     assert min(c.batch_size) <= min(default.batch_size) and max(default.batch_size) <= max(c.batch_size)
 
 
-def test_a_study_trains_its_cube_one_epsilon_at_a_time_each_pattern_matching_exactly_its_items():
-    """A study's sweep commits at its end: training one ε at a time (each chunk committed) bounds what a killed
-    study loses. Each chunk's --items pattern selects, among the train items' keys as dvc.yaml builds them, those
-    of its ε and no other (1 does not take 16, nor 0.5 take anything of 0.5's neighbours)."""
+def test_a_study_trains_and_scores_its_cube_one_epsilon_at_a_time_each_pattern_matching_exactly_its_items():
+    """A study's sweep commits at its end: training, then scoring, one ε at a time (each chunk committed) bounds
+    what a killed study loses. Each chunk's --items pattern selects, among the items' keys as dvc.yaml builds them,
+    those of its ε and no other (1 does not take 16)."""
     import fnmatch
     import itertools
 
     from empriv.config.runs import format_number
-    from empriv.study import train_chunks
+    from empriv.study import chunks
 
     cube = {"epsilon": [1, 16, 0.5, float("inf")], "batch_size": [128, 256], "steps": [50], "learning_rate": [0.01],
             "seed": [0, 1]}
-    patterns = train_chunks({"cube": cube})
-    assert patterns == ["1-*", "16-*", "0.5-*", "inf-*"]
+    parts = chunks({"cube": cube})
+    patterns = ["1-*", "16-*", "0.5-*", "inf-*"]
+    assert parts == [("train", p) for p in patterns] + [("score", p) for p in patterns]
     keys = {e: [f"{format_number(e)}-{b}-{t}-{format_number(lr)}-{s}-record-full"
                 for b, t, lr, s in itertools.product(cube["batch_size"], cube["steps"], cube["learning_rate"],
                                                      cube["seed"])] for e in cube["epsilon"]}
     every = [k for ks in keys.values() for k in ks]
     for e, pattern in zip(cube["epsilon"], patterns):
         assert [k for k in every if fnmatch.fnmatchcase(k, pattern)] == keys[e]
-    assert train_chunks({"cube": {**cube, "epsilon": [8]}}) == []  # one ε: the --all sweep trains it
-    research = train_chunks(resolve_preset("research-cpu", ROOT))
-    assert research == ["1-*", "2-*", "4-*", "8-*", "inf-*"]
+    assert chunks({"cube": {**cube, "epsilon": [8]}}) == []  # one ε: the --all sweep runs it
+    assert [p for s, p in chunks(resolve_preset("research-cpu", ROOT)) if s == "train"] == \
+        ["1-*", "2-*", "4-*", "8-*", "inf-*"]

@@ -13,9 +13,9 @@ file is the study's ``params.yaml`` — what ``dvc repro`` reads and ``dvc.lock`
    are cached once and the real base's weights are built once;
 3. runs the whole pipeline there as ``make repro`` does — ``empriv sweep --engine local --all`` (every stage a
    job, ``sweep.jobs`` or ``--jobs`` at once, one lock dump), then ``dvc repro`` (a no-op check that nothing is
-   left stale) — but first trains the cube one ε at a time (:func:`train_chunks`: ``empriv sweep --stages train
-   --items '<ε>-*'``, each committed when it ends), so that a study killed after hours (SIGKILL, a session's end:
-   a sweep commits at its end) loses at most the ε it was training — recording every stage process's wall time, CPU time and peak memory
+   left stale) — but first trains, then scores, the cube one ε at a time (:func:`chunks`: ``empriv sweep --stages
+   train --items '<ε>-*'``, …, then the same for ``score``, each committed when it ends), so that a study killed
+   after hours (SIGKILL, a session's end: a sweep commits at its end) loses at most one ε of one stage — recording every stage process's wall time, CPU time and peak memory
    (``$EMPRIV_TIMING_LOG``, written by :func:`empriv.stage.record_cost`), and stops the study's warm worker;
    A study stopped part-way and run again resumes: DVC skips the stages that finished, and the
    cost records of the earlier attempt are kept;
@@ -138,14 +138,19 @@ def study_env(work: Path, timing: Path) -> dict:
             "PYTHONPATH": os.pathsep.join([str(work / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
 
 
-def train_chunks(raw: dict) -> list[str]:
-    """``--items`` patterns that split the ``train`` stage of the cube ``raw['cube']`` by ε, in the cube's order
-    (item keys start with ε as DVC renders it: ``8-256-50-…``, ``inf-…``); none for a cube of one ε (the ``--all``
-    sweep trains it)."""
+CHUNKED_STAGES = ("train", "score")  # the matrix stages over the cube whose items a study runs one ε at a time
+
+
+def chunks(raw: dict) -> list[tuple[str, str]]:
+    """``(stage, --items pattern)`` pairs that split the ``train`` and then the ``score`` stage of the cube
+    ``raw['cube']`` by ε, in the cube's order (item keys start with ε as DVC renders it: ``8-256-50-…``,
+    ``inf-…``); none for a cube of one ε (the ``--all`` sweep runs it)."""
     from empriv.config.runs import format_number
 
     epsilons = list(dict.fromkeys(format_number(e) for e in (raw.get("cube") or {}).get("epsilon") or []))
-    return [f"{e}-*" for e in epsilons] if len(epsilons) > 1 else []
+    if len(epsilons) < 2:
+        return []
+    return [(stage, f"{e}-*") for stage in CHUNKED_STAGES for e in epsilons]
 
 
 def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int | None = None) -> dict:
@@ -169,10 +174,10 @@ def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int 
     started = time.time()
     sweep = [sys.executable, "-m", "empriv.cli", "sweep", "--engine", "local", "--root", str(work),
              *(["--jobs", str(jobs)] if jobs else [])]
-    chunks = [[*sweep, "--stages", "train", "--items", pattern] for pattern in train_chunks(raw)]
+    parts = [[*sweep, "--stages", stage, "--items", pattern] for stage, pattern in chunks(raw)]
     with open(out / "dvc_repro.log", "a", encoding="utf-8") as log:
         proc = None
-        for cmd in (*chunks, [*sweep, "--all"], ["dvc", "repro"]):
+        for cmd in (*parts, [*sweep, "--all"], ["dvc", "repro"]):
             shown = "dvc repro" if cmd[0] == "dvc" else "empriv sweep " + " ".join(cmd[cmd.index("--root") + 2:])
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
