@@ -1,9 +1,11 @@
 """Benchmark: empriv's fast ACR search vs the published ACR procedure, same code, same model, same secrets.
 
 Run:  nice python benchmarks/acr.py [--root DIR] [--model RUN ...] [--max-secrets N | --secrets ID,ID] [--synthetic]
-e.g. (both models of the default's memorisation regime, every secret, 3 search seeds each):
-      OMP_NUM_THREADS=1 nice python benchmarks/acr.py --root /work/cold/final --skip-base \
-        --model models/runs/record/full/epsinf-b32-T200-lr0.01-s0 --model models/runs/record/full/eps64-b32-T200-lr0.01-s0
+e.g. (two fine-tuned runs of a finished pipeline in <workspace>, every secret, 3 search seeds each, 3 draws; the
+committed result used the ε = ∞ and ε = 64 runs of the earlier memorisation-regime default named here):
+      OMP_NUM_THREADS=1 nice python benchmarks/acr.py --root <workspace> --skip-base --replicates 3 \
+        --model models/runs/record/full/epsinf-b32-T200-lr0.01-s0 --model models/runs/record/full/eps64-b32-T200-lr0.01-s0 \
+        --json benchmarks/results/acr.json
 
 The peer is the published procedure's defaults (top-k 250, 100 candidates, 200 GCG steps at the
 first length, start length 5, +5 tokens and ×1.2 steps after a failure, −1 after a success, a
@@ -204,6 +206,25 @@ def _reused(paths: list[str], settings, label: str) -> dict:
     return out
 
 
+def _portable(argv: list[str], root: Path) -> list[str]:
+    """The command line as a reader's checkout can use it: paths inside this repository relative to it, the
+    ``--root`` tree as ``<root>``, any other absolute path as ``<path>/<its name>``."""
+    out = []
+    for a in argv:
+        p = Path(a)
+        if not p.is_absolute():
+            out.append(a)
+        elif p.resolve().is_relative_to(ROOT):
+            out.append(str(p.resolve().relative_to(ROOT)) or ".")
+        elif p.resolve() == root.resolve():
+            out.append("<root>")
+        elif p.resolve().is_relative_to(root.resolve()):
+            out.append(str(Path("<root>") / p.resolve().relative_to(root.resolve())))
+        else:
+            out.append(f"<path>/{p.name}")
+    return out
+
+
 _KEYS = ("acr", "success", "bound", "passes", "sequences", "seconds", "cpu_seconds", "prompt", "lengths")
 
 
@@ -267,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     def dump() -> dict:
         data = {"rows": rows, "primary_cost": "sequences", "published_settings": repr(published),
                 "fast_settings": repr(fast), "published_settings_values": published.model_dump(),
-                "fast_settings_values": fast.model_dump(), "argv": sys.argv[1:] if argv is None else argv}
+                "fast_settings_values": fast.model_dump(),
+                "argv": _portable(sys.argv[1:] if argv is None else argv, Path(args.root))}
         if args.json:
             Path(args.json).write_text(json.dumps(data, indent=1))
         return data

@@ -163,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  changed: {row['path']} {row['metric']} {row['old']} → {row['new']} ({row['significance']}σ)")
     print(f"identical (a, then every stage forced): {i['counts']['changed']} changed, {i['counts']['unchanged']} "
           f"unchanged of {i['rows_on_both_sides']}; counts {i['counts']}")
+    ok = (r["changed_fraction"] or 0) <= 0.01 and p["counts"]["changed"] > 0 and i["counts"]["changed"] == 0
+    print(f"goal (re-seeded: <= 1 % of rows called changed; planted: some; identical: none): {'met' if ok else 'NOT met'}")
     out = args.out or root / "benchmarks" / "results" / "diff_noise.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -10,6 +10,7 @@ stage, without reproducing), `dvc repro`, then each step of `make -n repro` on i
 per command, the median wall time and the median CPU time (user + system of the command's processes, which the
 load inflates far less), the ratios against the peers, and the load average before and after. A command that finds
 something to do (DVC reproduces a stage, the sweep runs an item) is an error: the figures would not be no-op times.
+The last line is the goal's verdict: a no-op `make repro` within ``--goal`` seconds of wall time (default 5).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floor", default="", metavar="N[,N]",
                     help="also time a no-op `dvc repro` of DVC projects of N trivial stages each (in a temporary "
                     "directory, with the workspace's params.yaml and one key per stage): what DVC costs per stage")
+    ap.add_argument("--goal", type=float, default=5.0, help="seconds of wall time a no-op `make repro` may take")
     args = ap.parse_args(argv)
     spaces = {"new": args.workspace.resolve()}
     if args.peer_workspace:
@@ -137,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make repro new / old: {new[0] / old[0]:.2f}x wall ({old[0] / new[0]:.1f}x faster), "
               f"{new[1] / old[1]:.2f}x CPU ({old[1] / new[1]:.1f}x less)")
     print("commands: " + "; ".join(f"{k}: {' && '.join(shlex.quote(s) for s in v)}" for k, v in steps.items()))
+    make = med["new: make repro"]
+    print(f"goal (no-op make repro <= {args.goal:g} s wall): {'met' if make[0] <= args.goal else 'NOT met'} "
+          f"({make[0]:.2f} s; {make[0] / status[0]:.2f}x dvc status, DVC's own check of every stage)")
     return 0
 
 

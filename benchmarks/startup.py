@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 WARM = [PYTHON, "-m", "empriv.infra.warm"]
-LAST_COLD_REPRO_S = 1533  # docs/timing.md: cold make repro at f96809a, 25.6 min
+LAST_COLD_REPRO_S = 5506  # docs/timing.md: the default's last cold make repro, 91.8 min wall on a shared machine
+GOAL_SHARE = 0.10  # start-up at most this share of a train process run through the warm worker
 
 TINY_OVERRIDES = {
     "runtime": {"wandb_mode": "offline"},
@@ -171,6 +172,9 @@ def main() -> int:
             lines.append(f"saved per stage process: {saved:.2f} s (the repository's params could not be loaded to "
                          "count the matrix items)")
         lines.append(f"load average at end {load_average()}")
+        lines.append(f"goal (start-up < {GOAL_SHARE:.0%} of a train process, warm worker): "
+                     f"{'met' if share_warm < GOAL_SHARE else 'NOT met'} (warm {share_warm:.0%}, plain {share_plain:.0%}; "
+                     f"start-up plain / warm {med['startup']['plain'] / med['startup']['warm']:.1f}x)")
     finally:
         sock = work / "warm"
         for s in sock.glob("*.sock"):  # stop the server this run started: remove its socket

@@ -127,7 +127,7 @@ def test_study_plan_of_a_bad_preset_is_one_error_line(tmp_path):
 
 # ----------------------------------------------------------------------------- the estimate's inputs
 def test_the_cpu_step_and_dp_overheads_are_the_stored_measurement():
-    text = (ROOT / "benchmarks" / "results" / "dp_step_2026-11-25.txt").read_text()
+    text = (ROOT / "benchmarks" / "studies" / "results" / "dp_step_2026-11-25.txt").read_text()
     assert "benchmarks/dp_step.py --repeats 7 --steps 2 --smollm" in text and "dp_step_2026-11-25.txt" in CPU_STEP["source"]
     rows = {(f[0], f[1]): f for f in (line.split() for line in text.splitlines()) if len(f) > 9 and f[2].isdigit()}
     tiny_full, smollm_lora = rows[("tiny-gpt2", "full")], rows[("smollm2-135m", "lora")]
@@ -171,7 +171,7 @@ def test_the_parameter_table_matches_the_architectures_built_on_the_meta_device(
 
 
 def test_a_failed_published_acr_search_costs_the_passes_benchmarks_acr_counted():
-    rows = json.loads((ROOT / "benchmarks" / "results" / "acr_synthetic.json").read_text())["rows"]
+    rows = json.loads((ROOT / "benchmarks" / "studies" / "results" / "acr_synthetic.json").read_text())["rows"]
     failed = {r["passes_published"] for r in rows if not r["success_published"]}
     assert failed == {17844}  # at the published budget (top-k 250, 100 candidates, 200 steps, < 30 tokens, 3 seeds)
     p = params_of("research-enron-gpt2s") if (ROOT.parent / "shared" / "data").is_dir() else None

@@ -6,7 +6,8 @@ Nothing here was measured on a GPU (the project has none). The estimate is arith
   filling the window: an upper bound, since the DP step trims padding). k = 6 for full fine-tuning (forward 2N,
   backward 4N), k = 4 for LoRA and the other adaptations (the frozen weights need no weight gradient). A private
   step costs more: the per-example gradients and clipping, measured on this machine by ``benchmarks/dp_step.py``
-  as empriv's DP step over the non-private step on the same batch (``benchmarks/results/dp_step_2026-11-25.txt``, column
+  as empriv's DP step over the non-private step on the same batch
+  (``benchmarks/studies/results/dp_step_2026-11-25.txt``, column
   empriv/np: ×1.76 full fine-tuning of the tiny GPT-2, ×1.01 LoRA on SmolLM2-135M — the opacus path; the fast step
   that ``train.dp_step: auto`` picks where it supports every module measured ×1.15 and ×0.92, so these are the
   conservative figures). Attention's seq_len² term is left out (~2 % at seq_len 128).
@@ -25,7 +26,7 @@ Nothing here was measured on a GPU (the project has none). The estimate is arith
   per GCG step one forward + backward on the prompt, one forward of ``candidates`` sequences and (published) one
   check pass, over the lengths start, start + grow, … < max_length with steps × step_growth after each failure, for
   every search seed. At the published budget that is 17,844 model passes per secret, as ``benchmarks/acr.py``
-  counted (``benchmarks/results/acr_synthetic.json``).
+  counted (``benchmarks/studies/results/acr_synthetic.json``).
 - **Secrets**: the research's counts where the secrets come from a model-based filter that has not run yet
   (Enron: 69 mined candidates, 13 kept; TOFU: 200 authors' pairs, 52 kept; appendix B.6), their token length
   secrets.ngram for mined Enron secrets.
@@ -116,11 +117,13 @@ GPUS = {"A100": GPU("A100", 312e12, 19.5e12, 80.0), "H100": GPU("H100", 989e12, 
 TRAIN_UTILISATION = 0.35
 SEARCH_UTILISATION = 0.10  # of the fp32 peak: ACR (GCG) and sampled generation, latency-bound (module docstring)
 
-# benchmarks/results/dp_step_2026-11-25.txt, made by `OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py --repeats 7 --steps 2
+# benchmarks/studies/results/dp_step_2026-11-25.txt, made by
+# `OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py --repeats 7 --steps 2
 # --smollm` (2026-11-25, this 2-core machine, 1 torch thread): median seconds per step of 64 records x 64 tokens.
 CPU_STEP = {"model": "tiny-gpt2 (2 layers x 64, vocabulary 2048, 64 positions)", "params": 235_264,
             "tokens": 64 * 64, "seconds_nonprivate": 0.1444,
-            "source": "benchmarks/results/dp_step_2026-11-25.txt (OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py "
+            "source": "benchmarks/studies/results/dp_step_2026-11-25.txt "
+                      "(OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py "
                       "--repeats 7 --steps 2 --smollm)"}
 DP_OVERHEAD = {"full": 1.76, "adapter": 1.01}  # empriv DP step / non-private step (dp_step_2026-11-25.txt: tiny full; SmolLM2 LoRA)
 

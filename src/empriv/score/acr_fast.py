@@ -46,7 +46,8 @@ changes how a length is searched:
    success, reading it as ruling out every shorter length. GCG's success is not monotone in the prompt length,
    though: on the default's ε = 64 model, cold searches of a 22-token secret (4 random starts, 240 steps each)
    reproduced it at 12 tokens in 4 of 4, at 11 in none, at 10 in 2, at 9 in 4, at 8 in 1, at 7 in 3 and at 6 and 5 in
-   none (``benchmarks/acr_lengths.py``). With ``skip`` k the walk down ends at its (k + 1)-th failure in a row instead:
+   none (``benchmarks/studies/acr_lengths.py``). With ``skip`` k the walk down ends at its (k + 1)-th failure in a row
+   instead:
    after a failure at L below a success the seeds search L − 1, each from its own best prompt at L with its best
    one-token deletion. Lengths that failed before the first success are searched again when the walk reaches them
    (from these warm starts). A search that never succeeds is unchanged, and so is its bound;

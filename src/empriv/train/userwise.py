@@ -20,7 +20,7 @@ How the per-unit gradients are computed (``strategy``; both give the same number
 - ``per_unit`` (default): one forward and backward per unit over its records (plain autograd), the
   unit's gradient accumulated over micro-batches of its records when it has more than
   ``micro_batch_records``, then clipped and added. Memory: one gradient copy beyond the model's.
-  Fastest on the CPU in ``benchmarks/userwise_step.py`` (units of k = 4 records: full fine-tuning in
+  Fastest on the CPU in ``benchmarks/studies/userwise_step.py`` (units of k = 4 records: full fine-tuning in
   about half the time of ``per_record``, which materialises every record's gradient of every
   parameter; LoRA in 10–25 % less time).
 - ``per_record``: opacus' per-sample gradients (its fast hooks for ``nn.Linear`` — GPT-2's ``Conv1D``
