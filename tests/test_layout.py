@@ -47,6 +47,7 @@ COVERED_ELSEWHERE = {
     "empriv.data.synthetic.emails": ("tests/data/test_synthetic.py", 'empriv.data.synthetic'),
     "empriv.data.synthetic.grammar": ("tests/data/test_synthetic.py", 'empriv.data.synthetic'),
     "empriv.data.synthetic.public": ("tests/data/test_synthetic.py", 'empriv.data.synthetic'),
+    "empriv.infra.sweep.commit": ("tests/infra/sweep/test_space.py", None),
     "empriv.infra.sweep.faults": ("tests/infra/test_sweep_faults.py", None),
     "empriv.infra.sweep.interrupts": ("tests/infra/test_sweep_faults.py", None),
     "empriv.infra.sweep.leftovers": ("tests/infra/test_sweep_leftovers.py", None),

@@ -10,8 +10,11 @@ What it offers:
   directory), the dependency graph over addresses, which stages changed (:func:`changed_stages`), which dvc.lock
   entries dvc.yaml no longer has — all from one repository object under DVC's repository lock;
 - **running and committing stages** as ``dvc repro`` does: :class:`RunCacheRestorer` (outputs removed, then DVC's
-  run-cache asked), :func:`commit_stages` (``dvc commit -f`` of many stages, one lock-file dump per DVC file),
-  :func:`status_of`, :func:`stale_lock_entries` / :func:`remove_lock_entries`;
+  run-cache asked; or outputs intact but missing from the cache: :func:`only_missing_from_cache`),
+  :func:`commit_stages` (``dvc commit -f`` of many stages, one lock-file dump per DVC file), :func:`status_of`,
+  :func:`stale_lock_entries` / :func:`remove_lock_entries`;
+- **sizes and places**: :func:`lock_out_sizes` (what dvc.lock records of each output), :func:`cache_settings`
+  (the cache directory and link types);
 - **the run-cache with a remote**: :func:`uncached_outputs`, :func:`push_run_cache`, :func:`pull_run_cache`;
 - **small readers**: :func:`read_at_revision` (a DVC-tracked file at a git revision), :func:`metrics_files` (the
   metrics files declared at a revision, and which of them cannot be read), :func:`interpolated_str`
@@ -44,7 +47,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 
 # ----------------------------------------------------------------------------- small readers
@@ -140,6 +143,29 @@ def stage_changed(stage: Any) -> bool:
     return bool(_unlocked(stage, "changed_outs")())
 
 
+def only_missing_from_cache(stage: Any) -> bool:
+    """True when DVC's ``Stage.changed()`` holds for ``stage`` only because some of its cached outputs are not in the
+    DVC cache (a cache on a full disk, a cache emptied or moved): the definition and the deps are as dvc.lock has
+    them, and every output exists in the workspace with the hash dvc.lock records (DVC's ``Output.status`` answers
+    "not in cache" before it looks at the workspace, so that is checked here). Such outputs are intact: committing
+    them (what ``dvc commit`` does) is all a run would achieve. The caller holds a read lock, as for
+    :func:`stage_changed`."""
+    if stage.changed_stage() or (not stage.frozen and (stage.is_callback or stage.always_changed)):
+        return False
+    if not stage.frozen and _unlocked(stage, "_changed_deps")():
+        return False
+    missing = False
+    for out in stage.outs:
+        if not out.use_cache or not out.hash_info:
+            if out.status():
+                return False
+            continue
+        if out.workspace_status():  # deleted, modified, new
+            return False
+        missing = missing or out.changed_cache()
+    return missing
+
+
 def _lockable_paths(stages: Iterable[Any]) -> list[str]:
     """The paths DVC's ``@rwlocked(read=["deps", "outs"])`` would lock for these stages (repo and database deps have
     nothing to lock), each once."""
@@ -217,6 +243,26 @@ class StageInfo:
     dvcfile: str  # the absolute, resolved path of its DVC file
     commands: list[str]  # the resolved cmd (one entry per line of a list cmd)
     wdir: str  # absolute working directory of the command
+    deps: tuple[str, ...] = ()  # absolute paths of its file and directory deps (params files apart)
+    outs: tuple[str, ...] = ()  # absolute paths of its outputs
+    params: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (absolute params file, its keys; () = the whole file)
+    always_runs: bool = False  # DVC runs it every time (``always_changed``, or a callback stage: no deps)
+
+
+def _stage_paths(stage: Any) -> dict:
+    """The deps, outputs and params of a DVC stage as plain paths (for :class:`StageInfo`)."""
+    from dvc.dependency.db import AbstractDependency
+    from dvc.dependency.param import ParamsDependency
+    from dvc.dependency.repo import RepoDependency
+
+    deps, params = [], []
+    for dep in stage.deps:
+        if isinstance(dep, ParamsDependency):
+            params.append((str(Path(dep.fs_path).resolve()), tuple(dep.params)))
+        elif not isinstance(dep, (RepoDependency, AbstractDependency)) and getattr(dep.fs, "protocol", "") == "local":
+            deps.append(str(Path(dep.fs_path).resolve()))
+    return {"deps": tuple(deps), "outs": tuple(str(Path(out.fs_path).resolve()) for out in stage.outs),
+            "params": tuple(params), "always_runs": bool(stage.is_callback or stage.always_changed)}
 
 
 class Pipeline:
@@ -233,7 +279,8 @@ class Pipeline:
         self._index = index
         self._by_address = {s.addressing: s for s in index.stages}
         self.stages = [StageInfo(address=s.addressing, dvcfile=str(Path(s.dvcfile.path).resolve()),
-                                 commands=list(s.cmd if isinstance(s.cmd, list) else [s.cmd]), wdir=str(s.wdir))
+                                 commands=list(s.cmd if isinstance(s.cmd, list) else [s.cmd]), wdir=str(s.wdir),
+                                 **_stage_paths(s))
                        for s in index.stages]
         self.graph = nx.relabel_nodes(index.graph, {s: s.addressing for s in index.graph}, copy=True)
 
@@ -242,6 +289,15 @@ class Pipeline:
         params file)."""
         answers = changed_stages(self._repo, [self._by_address[a] for a in addresses])
         return {stage.addressing: changed for stage, changed in answers.items()}
+
+    def missing_from_cache(self, addresses: Iterable[str]) -> set[str]:
+        """Of these stages, those whose only change is outputs missing from the DVC cache while the workspace holds
+        them intact (:func:`only_missing_from_cache`): to commit, not to run again."""
+        stages = [self._by_address[a] for a in addresses]
+        if not stages:
+            return set()
+        with params_parsed_once(), read_locked(self._repo, stages):
+            return {s.addressing for s in stages if only_missing_from_cache(s)}
 
     def lock_entries_not_in(self, dvc_yaml: str | Path) -> list[str]:
         """:func:`stale_lock_entries` of the DVC file ``dvc_yaml`` (an absolute, resolved path) against this index."""
@@ -340,6 +396,15 @@ class RunCacheRestorer:
             with lock_repo(self._repo), read_locked(self._repo, [stage]):  # one read lock, not three
                 return not stage_changed(stage)
 
+    def missing_from_cache(self, address: str) -> bool:
+        """:func:`only_missing_from_cache` of the stage now, against its dvc.lock entry."""
+        from dvc.repo import lock_repo
+
+        with contextlib.chdir(self.root):
+            stage = self._stage(address)
+            with lock_repo(self._repo), read_locked(self._repo, [stage]):
+                return only_missing_from_cache(stage)
+
     def restore(self, address: str) -> bool:
         """The stage's outputs removed; True when the run-cache had them (they are then checked out)."""
         from dvc.repo import lock_repo
@@ -361,11 +426,13 @@ class RunCacheRestorer:
             self._repo = None
 
 
-def commit_stages(root: Path, addresses: list[str]) -> None:
+def commit_stages(root: Path, addresses: list[str], committed: Callable[[str], None] | None = None) -> None:
     """What ``dvc commit -f <address>`` does for each stage (hash deps and outputs, store the outputs in the cache and
     the run-cache), under DVC's repository lock, but each DVC file's lock entries written in one go: DVC re-reads and
     rewrites the whole lock file per dump, so committing stages one by one costs time quadratic in their number
-    (``Repo.commit`` takes a single target)."""
+    (``Repo.commit`` takes a single target). ``committed(address)`` is called after each stage's outputs are in the
+    cache (DVC has re-linked them into the workspace by then). When a stage fails (a full cache disk: ``OSError``
+    ENOSPC), the stages committed before it still get their lock entries, then the error is raised."""
     from dvc.repo import Repo, lock_repo
 
     repo = Repo(str(root))
@@ -373,15 +440,47 @@ def commit_stages(root: Path, addresses: list[str]) -> None:
         with contextlib.chdir(root), lock_repo(repo):
             stages_by_address = {s.addressing: s for s in repo.index.stages}  # one index (collect_granular re-reads)
             by_file: dict[str, tuple[Any, list[Any]]] = {}
-            for address in addresses:
-                stage = stages_by_address[address]
-                stage.save(allow_missing=False)
-                stage.commit(allow_missing=False, relink=True)
-                by_file.setdefault(stage.dvcfile.path, (stage.dvcfile, []))[1].append(stage)
-            for dvcfile, stages in by_file.values():
-                dvcfile.dump_stages(stages, update_pipeline=False)
+            try:
+                for address in addresses:
+                    stage = stages_by_address[address]
+                    stage.save(allow_missing=False)
+                    stage.commit(allow_missing=False, relink=True)
+                    by_file.setdefault(stage.dvcfile.path, (stage.dvcfile, []))[1].append(stage)
+                    if committed is not None:
+                        committed(address)
+            finally:
+                for dvcfile, stages in by_file.values():
+                    dvcfile.dump_stages(stages, update_pipeline=False)
     finally:
         repo.close()
+
+
+def lock_out_sizes(root: Path) -> dict[str, dict[str, tuple[int, int]]]:
+    """Per stage entry of ``root/dvc.lock``, its outputs as dvc.lock records them: ``{path: (bytes, files)}`` (paths
+    relative to ``root``, a file counting 1). Read as plain YAML; {} without a lock file."""
+    import yaml
+
+    lock = Path(root) / "dvc.lock"
+    if not lock.exists():
+        return {}
+    with open(lock, encoding="utf-8") as fh:
+        stages = (yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}).get("stages") or {}
+    sizes: dict[str, dict[str, tuple[int, int]]] = {}
+    for name, entry in stages.items():
+        for out in (entry or {}).get("outs") or []:
+            if isinstance(out, dict) and isinstance(out.get("size"), int):
+                sizes.setdefault(name, {})[str(out.get("path"))] = (out["size"], int(out.get("nfiles") or 1))
+    return sizes
+
+
+def cache_settings(root: Path) -> tuple[Path, list[str]]:
+    """The project's local DVC cache directory (``cache.dir``, else .dvc/cache) and the link types DVC tries, in its
+    order (``cache.type``; DVC's default ``reflink, copy``)."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        types = repo.config["cache"].get("type") or ["reflink", "copy"]
+        return Path(repo.cache.local.path), [types] if isinstance(types, str) else list(types)
 
 
 def status_of(root: Path, addresses: Iterable[str]) -> dict:

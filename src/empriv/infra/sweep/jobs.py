@@ -20,6 +20,7 @@ from typing import Any
 from empriv.config import SlurmParams, SweepParams
 from empriv.infra.sweep.leftovers import forget_command, group_members, record_command
 from empriv.infra.sweep.plan import Item, SweepError, merged_resources
+from empriv.infra.sweep.recover import started_state, write_record
 
 SUBMITIT_PIN = "submitit==1.5.4"
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # the local engine has no time limit to speak of (LocalExecutor insists on one)
@@ -116,9 +117,12 @@ class StageJob(_Checkpointable):
     ``TERMINATE_GRACE_S``) and the same callable is requeued, unless the item's attempts are used up."""
 
     def __init__(self, address: str, commands: list[str], wdir: str, root: str, folder: str, max_attempts: int,
-                 env: dict[str, str | None] | None = None):
+                 env: dict[str, str | None] | None = None, deps: list[str] | None = None,
+                 outs: list[str] | None = None, params: dict[str, list[str]] | None = None):
         self.address, self.commands, self.wdir, self.root = address, list(commands), wdir, root
         self.folder, self.max_attempts = folder, max_attempts
+        # what recover.py writes down once the command succeeds (None: no record, e.g. a job built by hand)
+        self.record_paths = None if outs is None else (list(deps or []), list(outs), dict(params or {}))
         self.env = dict(env or {})  # variables to set (a value) or remove (None) in the command's environment
         self._proc: subprocess.Popen | None = None
 
@@ -147,6 +151,8 @@ class StageJob(_Checkpointable):
             else:
                 env[name] = value
         started = time.time()
+        paths = getattr(self, "record_paths", None)  # None too for a job pickled by an older sweep
+        state = started_state(paths[0], paths[2], self.root) if paths else None
         for command in self.commands:
             print(f"empriv sweep: {self.address} attempt {attempt} on {socket.gethostname()}: {command}", flush=True)
             # own session: a signal meant for the job step reaches the command only through checkpoint()
@@ -173,6 +179,8 @@ class StageJob(_Checkpointable):
             if returncode != 0:
                 how = _failure(returncode)
                 raise RuntimeError(f"{self.address}: command failed ({how}) on attempt {attempt}")
+        if state is not None:  # finished: a sweep killed before its commit leaves this for the next one (recover.py)
+            write_record(self.folder, self.address, self.root, self.commands, state, paths[1])
         return {"address": self.address, "attempt": attempt, "seconds": time.time() - started,
                 "host": socket.gethostname()}
 
@@ -293,7 +301,8 @@ class Engine:
         if self.name == "slurm":
             ex.update_parameters(job_name=re.sub(r"[^A-Za-z0-9._@=-]", "_", f"empriv-{item.address}"))
         callable_ = StageJob(item.address, item.commands, item.wdir, str(root), str(self.folder),
-                             max_attempts=self.sweep.max_retries + 1, env=self.job_env)
+                             max_attempts=self.sweep.max_retries + 1, env=self.job_env, deps=item.deps,
+                             outs=item.outs, params=item.params)
         if self.name != "local":
             return ex.submit(callable_)
         # LocalExecutor starts a controller process that writes to the descriptors it inherits: when it is stopped

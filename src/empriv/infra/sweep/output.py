@@ -239,6 +239,10 @@ class SweepResult:
     restored: list[str] = field(default_factory=list)  # checked out from DVC's run-cache, no job
     # stale at planning only through a stage they need, which then re-ran with the same outputs: nothing to do
     unchanged: list[str] = field(default_factory=list)
+    # finished by a sweep that was killed, outputs and deps as its job left them (recover.py): committed, not run
+    recovered: list[str] = field(default_factory=list)
+    # outputs missing from the DVC cache but intact in the workspace: committed, not run
+    uncached: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # address -> reason with log path
     blocked: list[str] = field(default_factory=list)  # not run: an item they need failed
     retries: dict[str, int] = field(default_factory=dict)  # address -> re-runs (requeues + re-submissions)
@@ -257,7 +261,7 @@ class SweepResult:
 
 def interrupted_line(result: SweepResult) -> str:
     """The one line of an interrupted sweep: what was committed, what was cancelled, how to resume."""
-    committed = len(result.done) + len(result.restored)
+    committed = len(result.done) + len(result.restored) + len(result.recovered) + len(result.uncached)
     waiting = f", {len(result.not_started)} not started" if result.not_started else ""
     return (f"sweep: interrupted by {result.interrupted}: committed {committed} finished item(s), cancelled "
             f"{len(result.cancelled)} running job(s){waiting}; run `make repro` again to resume")
@@ -272,6 +276,10 @@ def summary_line(result: SweepResult) -> str:
         parts[-1] += f" ({retried} after retries)"
     if result.restored:
         parts.append(f"{len(result.restored)} restored from the run-cache")
+    if result.recovered:
+        parts.append(f"{len(result.recovered)} recovered from a killed sweep")
+    if result.uncached:
+        parts.append(f"{len(result.uncached)} committed to the cache as they were")
     parts += [f"{len(result.failed)} failed", f"{len(result.blocked)} blocked",
               f"{len(result.plan.up_to_date) + len(result.unchanged)} up to date (skipped)"]
     return "sweep: " + ", ".join(parts)

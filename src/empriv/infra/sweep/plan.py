@@ -50,6 +50,12 @@ class Item:
     stale: bool = False
     changed: bool = False  # DVC says the stage itself changed (stale without: only because something it needs is)
     between: bool = False  # not a selected item: a stage between selected items (runs as a job of its own)
+    deps: list[str] = field(default_factory=list)  # absolute paths of its file/directory deps (params files apart)
+    outs: list[str] = field(default_factory=list)  # absolute paths of its outputs
+    params: dict[str, list[str]] = field(default_factory=dict)  # params file -> keys it reads ([]: the whole file)
+    # stale only because its outputs are missing from the DVC cache, intact in the workspace: committed, not run
+    uncached: bool = False
+    always_runs: bool = False  # DVC runs it every time (always_changed, or no deps): never recovered
 
 
 @dataclass
@@ -183,6 +189,7 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
         for s in reversed(list(nx.topological_sort(rel))):
             stale[s] = changed[s] or any(stale[d] for d in rel.successors(s))
         stale_upstream = sorted(s for s in relevant - members if stale[s])
+        uncached = pipeline.missing_from_cache([s for s in order if changed[s]])
         downstream: set[str] = set()
         for s in members:
             downstream |= {a for a in nx.ancestors(graph, s) if a not in members}
@@ -191,6 +198,8 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
             group, _, key = s.partition("@")
             items.append(Item(address=s, stage=group, key=key, commands=list(info[s].commands), wdir=info[s].wdir,
                               needs=[d for d in graph.successors(s) if d in members], stale=stale[s],
-                              changed=changed[s], between=s in between))
+                              changed=changed[s], between=s in between, deps=list(info[s].deps),
+                              outs=list(info[s].outs), params={f: list(k) for f, k in info[s].params},
+                              uncached=s in uncached, always_runs=info[s].always_runs))
         return Plan(root=root, stages=chosen, items=items, upstream=upstream, stale_upstream=stale_upstream,
                     downstream=sorted(downstream), empty=empty, lock_stale=pipeline.lock_entries_not_in(here))

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from empriv.config import SweepParams, _did_you_mean
-from empriv.infra.dvc_adapter import (RunCacheRestorer, commit_stages, quiet_logging, remove_lock_entries,
-                                      stale_lock_entries, status_of)
+from empriv.infra.dvc_adapter import RunCacheRestorer, quiet_logging
+from empriv.infra.sweep.commit import collect, prune_lock
 from empriv.infra.sweep.faults import deterministic_cause
 from empriv.infra.sweep.interrupts import Interrupts
 from empriv.infra.sweep.jobs import Engine, attempts_of, check_slurm, no_result_reason, require_submitit
@@ -26,6 +26,8 @@ from empriv.infra.sweep.lock import workspace_lock
 from empriv.infra.sweep.output import SweepOutput, SweepResult, eta_seconds, log_tail, summary_line
 from empriv.infra.sweep.plan import (Item, Plan, SweepError, load_sweep_params, make_plan, matrix_stages,
                                      merged_resources, threads_per_job)
+from empriv.infra.sweep.recover import FinishedRecords
+from empriv.infra.sweep.space import cache_dir_of, check_plan_space, free_text
 
 ENGINES = ("local", "slurm")
 WAITING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "SUSPENDED", "RESV_DEL_HOLD",
@@ -131,6 +133,7 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
            poll_s: float | None, matrix: list[str], interrupts: Interrupts) -> SweepResult:
     echo = out.say
     folder = None
+    records = None
     if not dry_run:  # the job folder and its log first: the first line says where the log is
         folder = Path(sweep.folder)
         folder = (folder if folder.is_absolute() else root / folder) / \
@@ -140,6 +143,9 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
         # a sweep that was killed (SIGKILL, a lost terminal) left its commands running: this one holds the lock now
         _say_stopped(echo, stop_leftovers(sweep_folders(folder.parent), root), "an earlier sweep left running (it was "
                      "killed before it could stop them)")
+        # what such a sweep finished but could not commit (recover.py): committed at the item's turn if it still holds
+        records = FinishedRecords([f for f in sweep_folders(folder.parent) if f != folder], root)
+        records.forget([i.address for i in plan.up_to_date if i.address in records])
     between = [i.address for i in plan.items if i.between]
     echo(f"sweep: engine {engine}, stages {', '.join(plan.stages)}"
          + (f" (and between them: {', '.join(between)})" if between else "")
@@ -175,6 +181,8 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
             echo(f"would run {i.address}" + (f" after {', '.join(i.needs)}" if i.needs else "") + f": {i.commands[0]}")
         return result
 
+    if records is not None:  # before anything runs or is removed: will it fit?
+        out.note(check_plan_space(root, plan, records))
     if plan.upstream:
         echo(f"upstream: dvc repro {' '.join(plan.upstream)}"
              + ("" if plan.stale_upstream else " (up to date)"))
@@ -197,7 +205,7 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
             echo(f"after upstream: {len(plan.to_run)} to run, {len(plan.up_to_date)} up to date")
     if not plan.to_run:
         echo("nothing to run: every item is up to date")
-        _prune_lock(root, echo, plan.lock_stale)
+        prune_lock(root, echo, plan.lock_stale)
         return result
 
     if _stopped(result, interrupts, plan.to_run):
@@ -207,26 +215,13 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
     poll_s = poll_s if poll_s is not None else (2.0 if engine == "slurm" else 0.1)
     out.note(f"job folder: {_rel(folder, root)}")
     try:
-        _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, out, interrupts)
+        _run_jobs(plan, runner, result, root, folder, sweep, jobs, poll_s, out, interrupts, records)
     finally:  # a local job killed by SIGKILL leaves its command running: it ends with the sweep (leftovers.py)
         if engine == "local":
             _say_stopped(echo, stop_leftovers([folder], root), "their jobs left running")
-    _collect(plan, result, root, echo)
-    _prune_lock(root, echo)
+    collect(plan, result, root, echo, records)
+    prune_lock(root, echo)
     return result
-
-
-def _prune_lock(root: Path, echo: Callable[[str], None], stale: list[str] | None = None) -> list[str]:
-    """Remove the stale entries of dvc.lock (:func:`~empriv.infra.dvc_adapter.stale_lock_entries`: stages dvc.yaml no
-    longer has); ``stale``: those entries as the plan found them (nothing has been committed since), else read
-    again."""
-    stale = stale_lock_entries(root) if stale is None else stale
-    if stale:
-        remove_lock_entries(root, stale)
-        shown = ", ".join(stale[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
-        echo(f"dvc.lock: removed {len(stale)} entr{'y' if len(stale) == 1 else 'ies'} of stages dvc.yaml no longer "
-             f"has ({shown})")
-    return stale
 
 
 def _depths(items: list[Item]) -> dict[str, int]:
@@ -256,7 +251,8 @@ def launch_order(ready: list[Item], depth: dict[str, int], seconds: dict[str, li
     return sorted(ready, key=lambda i: (-depth.get(i.address, 1), -mean(i.stage), position[i.address]))
 
 def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folder: Path, sweep: SweepParams,
-              jobs: int, poll_s: float, out: SweepOutput, interrupts: Interrupts) -> None:
+              jobs: int, poll_s: float, out: SweepOutput, interrupts: Interrupts,
+              records: FinishedRecords | None = None) -> None:
     """Run the plan's stale items as jobs. Per-job events go to the log (``out.note``); the user sees the progress,
     retries and failures (``out.say``). A signal (``interrupts``) stops it between two passes: the running jobs
     are cancelled (:func:`_cancel`) and what finished is left for the commit."""
@@ -276,10 +272,12 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
     def n_running() -> int:
         return sum(runner.state(r.job) not in WAITING_STATES for r in running.values())  # or ended, to be collected
 
+    def n_done() -> int:  # finished without failing: run, restored, unchanged, committed as they were
+        return sum(map(len, (result.done, result.restored, result.unchanged, result.recovered, result.uncached)))
+
     def counts(n_run: int) -> str:
-        return (f"jobs: {len(running) - n_run} submitted, {n_run} running, "
-                f"{len(result.done) + len(result.restored) + len(result.unchanged)} done, {len(result.failed)} failed, "
-                f"{len(todo)} waiting (of {len(stale)})")
+        return (f"jobs: {len(running) - n_run} submitted, {n_run} running, {n_done()} done, {len(result.failed)} "
+                f"failed, {len(todo)} waiting (of {len(stale)})")
 
     def show(n_run: int) -> None:
         now = time.monotonic()
@@ -288,9 +286,7 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
             waiting[i.stage] = waiting.get(i.stage, 0) + 1
         eta = eta_seconds(held, waiting, [(r.item.stage, now - r.submitted) for r in running.values()],
                           jobs if runner.name == "local" else peak)
-        n_finished = (len(result.done) + len(result.restored) + len(result.unchanged) + len(result.failed)
-                      + len(result.blocked))
-        out.update(n_finished, n_run, len(result.failed), eta)
+        out.update(n_done() + len(result.failed) + len(result.blocked), n_run, len(result.failed), eta)
 
     restore = RunCacheRestorer(root)
     out.start(len(stale))
@@ -339,6 +335,8 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
                     result.failed[address] = f"not retried, {cause}; log {log}"
                     out.say(f"failed {address} (job {r.job.job_id}, attempt {len(attempts)}, not retried): {cause}; "
                             f"log {log}")
+                    if cause.startswith("no space left on device"):  # which disk, and how full it is now
+                        out.say(f"  {free_text(root, cache_dir_of(root))}")
                     continue
                 if len(attempts) < max_attempts:
                     out.say(f"retry {address} (attempt {len(attempts) + 1} of {max_attempts}): job {r.job.job_id} "
@@ -365,6 +363,21 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
                 todo.remove(item)
                 if item.address not in submitted_once:
                     submitted_once.add(item.address)
+                    if records is not None and item.address in records:  # finished by a sweep that was killed
+                        why = records.check(item)
+                        if why is None:
+                            result.recovered.append(item.address)
+                            finished.add(item.address)
+                            out.note(f"recovered {item.address}: finished by a sweep that was killed, its outputs "
+                                     "and deps as its job left them (committed, not run again)")
+                            continue
+                        out.note(f"not recovered {item.address} (a killed sweep's record of it): {why}; it runs")
+                        records.forget([item.address])
+                    if item.uncached and restore.missing_from_cache(item.address):
+                        result.uncached.append(item.address)
+                        finished.add(item.address)
+                        out.note(f"intact, not in the DVC cache: {item.address} (committed, not run again)")
+                        continue
                     if not item.changed and restore.unchanged(item.address):
                         # as `dvc repro` decides at each stage's turn: what it needs re-ran and gave the same outputs
                         result.unchanged.append(item.address)
@@ -397,7 +410,7 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
         result.interrupted, result.not_started = "SIGINT", [i.address for i in todo]
         _cancel(running, result, runner, out)
         restore.close()
-        _collect(plan, result, root, out.say)
+        collect(plan, result, root, out.say, records)
         raise
     finally:
         out.close()  # a no-op when closed above; the bar must not outlive an error
@@ -435,21 +448,3 @@ def _say_stopped(echo: Callable[[str], None], stopped: list[str], whose: str) ->
     if stopped:
         shown = ", ".join(stopped[:4]) + (f" and {len(stopped) - 4} more" if len(stopped) > 4 else "")
         echo(f"stopped {len(stopped)} stage command(s) {whose}: {shown}")
-
-
-def _collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], None]) -> None:
-    """Commit every finished item in this one process (dvc.lock, cache, run-cache), then check DVC's status."""
-    finished = result.done + result.restored
-    if not finished:
-        return
-    echo(f"committing {len(finished)} item(s) to dvc.lock and the DVC cache, then dvc status")
-    commit_stages(root, finished)
-    # the whole pipeline's status once, read back from disk, kept for the committed items (each stage is checked once;
-    # per target with its deps, the upstream stages they share were checked once per item)
-    result.status = status_of(root, finished)
-    if result.status:
-        echo(f"dvc status after the commit is not clean: {json.dumps(result.status)}")
-    else:
-        echo(f"committed {len(finished)} item(s) to dvc.lock and the DVC cache; dvc status of them: clean")
-    if plan.downstream:
-        echo(f"stages below the sweep are now stale: {', '.join(plan.downstream)} (run `dvc repro` to update them)")
