@@ -78,6 +78,7 @@ COVERED_ELSEWHERE = {
     "empriv.pipeline.common": ("tests/data/test_prepare.py", None),
     "empriv.pipeline.filter": ("tests/secrets/test_filtering.py", None),
     "empriv.pipeline.input_checks": ("tests/reliability/test_inputs.py", None),
+    "empriv.pipeline.text_checks": ("tests/data/test_text_checks.py", None),
     "empriv.pipeline.override_checks": ("tests/reliability/test_overrides.py", None),
     "empriv.pipeline.inputs": ("tests/test_validate.py", None),
     "empriv.pipeline.integrity": ("tests/infra/test_sweep.py", 'empriv.cli'),

@@ -54,6 +54,16 @@ class DataParams(_Section):
     n_public: int = Field(6000, ge=10)
     secret_frequencies: list[float] = [0.08, 0.07, 0.06, 0.05, 0.04, 0.01, 0.005, 0.002, 0.001]
     seed: int = 0
+    # data.source text (your own corpus at data.path; docs/data.md "Your own corpus"). text_format auto: by the
+    # extension (.jsonl/.json, .csv, .parquet; .txt = one record per line) or a directory (one record per file)
+    text_format: Literal["auto", "jsonl", "csv", "parquet", "lines", "files"] = "auto"
+    text_field: str = "text"  # the field (column) holding a record's text
+    user_field: str | None = None  # the privacy unit of user-level DP (e.g. a sender); null: each record its own
+    split_field: str | None = None  # train / validation / test (and public) per record; null: a seeded 90/5/5 split
+    public: Literal["builtin", "split"] = "builtin"  # the tiny base's public split: built-in English, or split 'public'
+    max_tokens: int | None = Field(None, ge=1)  # GPT-2 tokens a record may have (null: any; the window cuts it)
+    long_records: Literal["truncate", "drop"] = "truncate"  # what prepare does with a record over max_tokens
+    secret_kind: Literal["mined", "patterns", "given", "canaries"] = "mined"  # which strings are scored as secrets
 
     @field_validator("secret_frequencies")
     @classmethod
@@ -86,6 +96,14 @@ class DataParams(_Section):
         if self.variant is not None and not self.source.endswith("tofu"):
             raise ParamError(f"applies to TOFU sources only, not data.source {self.source!r}", self.variant,
                              "null", key="variant")
+        if self.source != "text":
+            for key, default in TEXT_ONLY_DEFAULTS.items():
+                if getattr(self, key) != default:
+                    raise ParamError(f"applies to data.source text only, not data.source {self.source!r}",
+                                     getattr(self, key), repr(default), key=key)
+        elif self.public == "split" and self.split_field is None:
+            raise ParamError("needs data.split_field (the records whose split is 'public')", self.public,
+                             "builtin, or split with data.split_field set", key="public")
         if self.source in REAL_SOURCES:
             if not self.path:
                 raise ParamError(f"is required when data.source is {self.source!r}", self.path,
@@ -93,6 +111,10 @@ class DataParams(_Section):
             if not _existing_path(self.path, info).exists():
                 raise ParamError("file does not exist", self.path, "an existing corpus file or directory", key="path")
         return self
+
+
+TEXT_ONLY_DEFAULTS = {"text_format": "auto", "text_field": "text", "user_field": None, "split_field": None,
+                      "public": "builtin", "max_tokens": None, "long_records": "truncate", "secret_kind": "mined"}
 
 
 class TokenizerParams(_Section):

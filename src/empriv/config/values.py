@@ -16,10 +16,10 @@ from empriv.config.errors import ParamError, _did_you_mean
 KNOWN_BASES = ("tiny-gpt2", "smollm2-135m")
 
 
-DATA_SOURCES = ("synthetic-enron", "enron", "synthetic-tofu", "tofu")
+DATA_SOURCES = ("synthetic-enron", "enron", "synthetic-tofu", "tofu", "text")
 
 
-REAL_SOURCES = ("enron", "tofu")
+REAL_SOURCES = ("enron", "tofu", "text")
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

@@ -7,7 +7,7 @@ after an edit to the file in place, which re-runs only that stage and its depend
 naming the params key, the file, the line or record, and what is allowed; never a decoder's message or the file's
 bytes.
 
-- ``data.path`` (``enron``, ``tofu``): the file's format (binary, compressed, the other source's format), then it is
+- ``data.path`` (``text``: :mod:`empriv.pipeline.text_checks`; ``enron``, ``tofu``): the file's format (binary, compressed, the other source's format), then it is
   parsed and its usable records counted exactly as prepare will (Enron: load, de-duplicate, top senders and
   receivers, boilerplate, tabs, < 30 GPT-2 tokens, the 90/5/5 split; TOFU: 20 records per author, author split),
   and the training split compared with ``data.n_train``.
@@ -288,11 +288,15 @@ class FactCache:
 # --------------------------------------------------------------------------------------------- the checks
 def corpus_errors(params: Params, root: Path, cache: FactCache) -> list[str]:
     d = params.data
-    if d.source not in ("enron", "tofu") or not d.path:
+    if d.source not in ("enron", "tofu", "text") or not d.path:
         return []
     path = (root / Path(d.path).expanduser()) if not Path(d.path).expanduser().is_absolute() else Path(d.path).expanduser()
     if not path.exists():
         return []  # the params' own check says so
+    if d.source == "text":
+        from empriv.pipeline.text_checks import text_corpus_errors
+
+        return text_corpus_errors(params, root, path, cache)
     where = f"data.path: {d.path}"
     if d.source == "enron":
         facts = cache.get(["enron", identity(path), d.top_n_people],  # the counts do not depend on data.seed

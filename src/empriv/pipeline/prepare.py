@@ -37,12 +37,33 @@ def build(params: Params, caches: list | None = None):
         gpt2 = load_gpt2()  # the research counts "< 30 tokens" in GPT-2 tokens
         units = build_user_records(iter_raw_messages(d.path))
         return prep.enron(d, emails, report, lambda t: len(gpt2.encode(t)), units)
+    if d.source == "text":
+        return build_text(params)
     records = None
     if d.source == "tofu":
         from empriv.data.tofu import load_tofu
 
         records = load_tofu(d.path)
     return prep.tofu(d, records, _paraphraser_factory(params, caches if caches is not None else []))
+
+
+TEXT_MANIFEST = "text_corpus.json"  # data/prepared/: what the secrets stage needs to know of a text corpus
+
+
+def build_text(params: Params):
+    """``data.source: text``: the records of ``data.path`` (:mod:`empriv.data.text`) as prepared splits."""
+    from empriv.data.text import load_text_corpus, text_prepared
+
+    d = params.data
+    records, load = load_text_corpus(d.path, text_format=d.text_format, text_field=d.text_field,
+                                     user_field=d.user_field, split_field=d.split_field,
+                                     allow_public=d.public == "split")
+    tokenizer = None
+    if d.max_tokens is not None:
+        from empriv.models.tokenizer import load_gpt2
+
+        tokenizer = load_gpt2()  # lengths in GPT-2 tokens: fixed before any tokenizer of the run exists
+    return text_prepared(d, records, load, tokenizer)
 
 
 def _paraphraser_factory(params: Params, caches: list):
@@ -89,6 +110,8 @@ def main(params: Params, out_dir: str | Path = paths.PREPARED_DIR, metrics_path:
             write_jsonl(Path(tmp) / paths.PLANTED_SECRETS.name, data.planted)
         if data.tofu_authors:
             write_jsonl(Path(tmp) / paths.TOFU_AUTHORS.name, data.tofu_authors)
+        if data.source == "text":  # the secrets stage reads the secret choice here (it depends on data/prepared)
+            write_json(Path(tmp) / TEXT_MANIFEST, {"secret_kind": params.data.secret_kind})
     metrics = {**data.metrics(), "leak_check": leak_record}
     write_json(metrics_path, metrics)
     log.info("prepared %s: %d train / %d validation / %d test / %d public samples; no secret in %s",

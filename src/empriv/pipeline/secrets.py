@@ -44,12 +44,49 @@ def build(params: Params, tokenizer, prepared_dir: Path = paths.PREPARED_DIR) ->
                                 top_k=sp.top_k, min_count=sp.min_count, split_rule=sp.split_rule,
                                 min_continuation_chars=sp.min_continuation_chars,
                                 min_in_window_fraction=sp.min_in_window_fraction, overrides=overrides)
+    if source == "text":
+        records, info = text_secrets(params, tokenizer, Path(prepared_dir), train_texts, overrides)
+        return records, {**info, "train_records_over_window": records_over_window(train_texts, tokenizer, seq_len)}
     from empriv.data.tofu import QARecord
 
     authors = [QARecord(r["question"], r["answer"]) for r in _read(Path(prepared_dir) / paths.TOFU_AUTHORS.name)]
     planted_path = Path(prepared_dir) / paths.PLANTED_SECRETS.name
     planted = _read(planted_path) if planted_path.exists() else None
     return sb.tofu_secrets(authors, planted, train_texts, tokenizer)
+
+
+def text_secrets(params: Params, tokenizer, prepared_dir: Path, train_texts: list[str], overrides: dict):
+    """The secrets of ``data.source: text`` by the choice prepare recorded (``data.secret_kind``)."""
+    from empriv.io import read_json
+    from empriv.pipeline.prepare import TEXT_MANIFEST
+    from empriv.secrets import build as sb
+
+    manifest = Path(prepared_dir) / TEXT_MANIFEST
+    if not manifest.exists():
+        raise ConfigError(f"{manifest} does not exist: run the prepare stage first (dvc repro prepare)")
+    kind = read_json(manifest)["secret_kind"]
+    sp, seq_len = params.secrets, params.base.seq_len
+    if kind == "canaries":  # no string of the data is scored: the audit's canaries are the measurement
+        if overrides:
+            raise ConfigError("secrets.overrides: data.secret_kind canaries scores no secret (got "
+                              f"{len(overrides)} override(s); allowed: secrets.overrides: null)")
+        return [], {"secret_kind": "canaries"}
+    if kind == "given":
+        return sb.given_secrets(overrides, train_texts, tokenizer, seq_len)
+    common = dict(top_k=sp.top_k, min_count=sp.min_count, split_rule=sp.split_rule,
+                  min_continuation_chars=sp.min_continuation_chars, min_in_window_fraction=sp.min_in_window_fraction,
+                  overrides=overrides)
+    public = load_texts("public", prepared_dir)
+    if kind == "patterns":
+        return sb.pattern_secrets(train_texts, public, tokenizer, seq_len, **common)
+    records, info = sb.mined_secrets(train_texts, public, tokenizer, seq_len, ngram=sp.ngram, id_prefix="text",
+                                     **common)
+    return records, {"secret_kind": "mined", **info}
+
+
+def records_over_window(train_texts: list[str], tokenizer, seq_len: int) -> int:
+    """Training records longer than the window: training sees their first ``seq_len`` - 1 tokens only."""
+    return sum(1 + len(ids) > seq_len for ids in tokenizer.encode_batch(train_texts))
 
 
 def main(params: Params, out_path: str | Path = paths.SECRETS, metrics_path: str | Path = paths.SECRETS_METRICS,
@@ -60,13 +97,14 @@ def main(params: Params, out_path: str | Path = paths.SECRETS, metrics_path: str
 
     records, info = build(params, load_tokenizer(), Path(prepared_dir))
     source = params.data.source
-    if not records:
+    canaries_only = info.get("secret_kind") == "canaries"
+    if not records and not canaries_only:
         raise ConfigError(f"no secret found in the {source} training split: nothing to measure")
     prepared = {split: _read(paths.split_path(split, prepared_dir)) for split in ("validation", "test")}
     kept = {split: held_out(rows, records) for split, rows in prepared.items()}
     # Real Enron's validation/test naturally hold its recurring strings: they are checked as written (without the
     # samples that contain one). Every other source's prepared splits must hold none at all.
-    evaluated = kept if source == "enron" else prepared
+    evaluated = kept if source in ("enron", "text") else prepared
     checked = {"public": load_texts("public", prepared_dir), **{s: [r["text"] for r in rows] for s, rows in evaluated.items()}}
     check_no_leaks(find_leaks({r["id"]: leak_text(r) for r in records}, checked))
     with atomic_dir(heldout_dir) as tmp:
@@ -81,8 +119,11 @@ def main(params: Params, out_path: str | Path = paths.SECRETS, metrics_path: str
     low = [r["id"] for r in records if r["in_window_fraction"] is not None and r["in_window_fraction"] < 1.0]
     if low:
         log.warning("secrets %s are cut off by the %d-token window in some samples", low, params.base.seq_len)
-    log.info("%d secrets, frequencies %.3f%%–%.3f%%", len(records),
-             100 * min(r["frequency"] for r in records), 100 * max(r["frequency"] for r in records))
+    if canaries_only:
+        log.info("no secret scored (data.secret_kind: canaries): the audit's canaries measure memorisation")
+    else:
+        log.info("%d secrets, frequencies %.3f%%–%.3f%%", len(records),
+                 100 * min(r["frequency"] for r in records), 100 * max(r["frequency"] for r in records))
     return records
 
 

@@ -53,14 +53,15 @@ def planted_secrets(planted: Sequence[dict], train_texts: Sequence[str], tokeniz
 
 def mined_secrets(train_texts: Sequence[str], public_texts: Sequence[str], tokenizer, seq_len: int, *, ngram: int,
                   top_k: int, min_count: int, split_rule: str, min_continuation_chars: int, min_in_window_fraction: float,
-                  overrides: dict | None = None) -> tuple[list[dict], dict]:
+                  overrides: dict | None = None, id_prefix: str = "enron") -> tuple[list[dict], dict]:
     """(records, info) of the secrets mined from ``train_texts`` (see the module docstring)."""
     from empriv.secrets.leaks import find_leaks
     from empriv.secrets.candidates import reject_degenerate
     from empriv.secrets.mining import mine_secret_candidates
     from empriv.secrets.records import secret_records
 
-    candidates = mine_secret_candidates(train_texts, tokenizer, n=ngram, top_k=top_k, min_count=min_count)
+    candidates = mine_secret_candidates(train_texts, tokenizer, n=ngram, top_k=top_k, min_count=min_count,
+                                        id_prefix=id_prefix)
     rows = [{"id": c.id, "kind": "mined", "text": c.text, "token_length": c.token_length} for c in candidates]
     rows, rejected = reject_degenerate(rows)
     fitting = [r for r in rows if r["token_length"] + 1 <= seq_len]
@@ -89,6 +90,62 @@ def mined_secrets(train_texts: Sequence[str], public_texts: Sequence[str], token
                         {"name": "not verbatim by base", "ran": False},
                         {"name": "ACR <= 0.5 (base)", "ran": False}]}
     return seen, info
+
+
+def pattern_secrets(train_texts: Sequence[str], public_texts: Sequence[str], tokenizer, seq_len: int, *, top_k: int,
+                    min_count: int, split_rule: str, min_continuation_chars: int, min_in_window_fraction: float,
+                    overrides: dict | None = None) -> tuple[list[dict], dict]:
+    """(records, info) of the PII-like secrets of ``train_texts`` (:mod:`empriv.secrets.patterns`): the ``top_k``
+    most frequent in >= ``min_count`` records, with their context; those longer than the window, occurring in the
+    public split or with too few occurrences inside the window are left out and counted."""
+    from empriv.secrets.leaks import find_leaks
+    from empriv.secrets.patterns import pattern_candidates
+    from empriv.secrets.records import secret_records
+
+    rows, found = pattern_candidates(train_texts, top_k=top_k, min_count=min_count)
+    lengths = [len(tokenizer.encode(r["text"])) for r in rows]
+    fitting = [r for r, n in zip(rows, lengths) if n + 1 <= seq_len]
+    in_public = {lk.secret_id for lk in find_leaks({r["id"]: r["text"] for r in fitting}, {"public": public_texts})}
+    fresh = [{k: r[k] for k in ("id", "kind", "text")} for r in fitting if r["id"] not in in_public]
+    overrides = dict(overrides or {})
+    unknown = set(overrides) - {r["id"] for r in rows}
+    if unknown:
+        raise ConfigError(f"secrets.overrides names unknown secret ids {sorted(unknown)} (allowed: ids the patterns "
+                          f"give, pii-000 … pii-{max(len(rows), 1) - 1:03d})")
+    kept_ids = {r["id"] for r in fresh}
+    records = secret_records(fresh, train_texts, tokenizer, seq_len, split_rule, min_continuation_chars,
+                             {k: v for k, v in overrides.items() if k in kept_ids})
+    seen = [r for r in records if (r["in_window_fraction"] or 0.0) >= min_in_window_fraction]
+    info = {"secret_kind": "patterns", **found, "longer_than_window": len(rows) - len(fitting),
+            "in_public_split": len(in_public), "outside_window": len(records) - len(seen),
+            "min_in_window_fraction": min_in_window_fraction}
+    return seen, info
+
+
+def given_secrets(given: dict[str, tuple[str, str]], train_texts: Sequence[str], tokenizer,
+                  seq_len: int) -> tuple[list[dict], dict]:
+    """(records, info) of the user's own secrets (``secrets.overrides`` as the list of secrets: ``{id, prompt,
+    continuation}``, the secret prompt + continuation); each must occur in the training split and fit the window,
+    else a :class:`ConfigError` with one line per secret naming its id (never its text)."""
+    from empriv.secrets.records import secret_records
+
+    if not given:
+        raise ConfigError("data.secret_kind: given needs secrets.overrides, a JSONL of {id, prompt, continuation} "
+                          "(got none; allowed: a file with at least one secret)")
+    problems = []
+    for sid, (prompt, continuation) in given.items():
+        text = prompt + continuation
+        if not any(text in t for t in train_texts):
+            problems.append(f"secrets.overrides: secret {sid} occurs in no record of the training split (allowed: a "
+                            "string of the training data)")
+        elif len(tokenizer.encode(text)) + 1 > seq_len:
+            problems.append(f"secrets.overrides: secret {sid} is longer than the {seq_len}-token window (allowed: "
+                            "a secret that fits base.seq_len - 1 tokens)")
+    if problems:
+        raise ConfigError(*problems)
+    rows = [{"id": sid, "kind": "given", "text": p + c} for sid, (p, c) in given.items()]
+    records = secret_records(rows, train_texts, tokenizer, seq_len, overrides=dict(given))
+    return records, {"secret_kind": "given", "given": len(given)}
 
 
 def tofu_secrets(author_records: Sequence, planted: Sequence[dict] | None, train_texts: Sequence[str],
