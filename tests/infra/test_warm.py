@@ -348,13 +348,13 @@ def test_a_server_that_dies_mid_request_is_reported_in_one_line(light):
 
 def test_two_concurrent_clients_start_one_server_and_run_in_parallel(light):
     started = time.monotonic()
-    procs = [light.popen("warm_sleeper", 2) for _ in range(2)]
+    procs = [light.popen("warm_sleeper", 3) for _ in range(2)]
     outs = [p.communicate(timeout=60) for p in procs]
     elapsed = time.monotonic() - started
     assert [p.returncode for p in procs] == [0, 0], outs
     pids = {int(out.split()[0]) for out, _ in outs}
     assert len(pids) == 2 and all(out.split()[1] == "woke" for out, _ in outs)
-    assert elapsed < 3.9, f"the two 2-second runs took {elapsed:.1f} s together: not parallel"
+    assert elapsed < 5.9, f"the two 3-second runs took {elapsed:.1f} s together: not parallel"  # serial: >= 6 s
     assert len(list(light.warm_dir.glob("*.sock"))) == 1
     assert light.log().count("listening at") == 1, light.log()
 
