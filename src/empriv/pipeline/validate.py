@@ -151,16 +151,19 @@ def method_errors(params: Params) -> list[str]:
 def validate_project(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Path = DVC_YAML) -> Params:
     """The params file validated in full, then dvc.yaml's cube matrices against it, then the raw inputs' content
     and the machine (:mod:`empriv.pipeline.input_checks`) and the secret overrides against the corpus
-    (:mod:`empriv.pipeline.override_checks`); raises :class:`ConfigError` with one line per problem.
+    (:mod:`empriv.pipeline.override_checks`) and W&B's prerequisites (:mod:`empriv.pipeline.wandb_checks`); raises :class:`ConfigError` with one line per problem.
     Touches no output (``input_checks`` caches the corpus facts it computed under ``.empriv/``)."""
+    from empriv.infra.tracking.naming import project_root
     from empriv.pipeline.input_checks import input_errors
     from empriv.pipeline.override_checks import override_corpus_errors
+    from empriv.pipeline.wandb_checks import wandb_errors
 
     params = load_params(params_path)
     errors = params.missing_inputs() + dvc_matrix_errors(read_yaml(params_path), params, dvc_yaml)
     errors += method_errors(params)
     errors += input_errors(params, Path(params_path).resolve().parent)
     errors += override_corpus_errors(params, Path(params_path).resolve().parent)  # ids and texts against the corpus
+    errors += wandb_errors(params, project_root(Path(params_path).resolve().parent))  # W&B's directories, key, host
     if errors:
         raise ConfigError(*errors)
     return params

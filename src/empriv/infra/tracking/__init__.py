@@ -44,7 +44,8 @@ their runs live as online ones do (each stage rewrites the whole run; slower, fo
 :mod:`~empriv.infra.tracking.naming` (where, which group, which id, tags and config),
 :mod:`~empriv.infra.tracking.journal` (the journal and the local copies), :mod:`~empriv.infra.tracking.runs`
 (:class:`Tracker`, opening a run), :mod:`~empriv.infra.tracking.offline` (writing the offline runs),
-:mod:`~empriv.infra.tracking.curves` (the ε points of a training curve). Import from ``empriv.infra.tracking``.
+:mod:`~empriv.infra.tracking.curves` (the ε points of a training curve), :mod:`~empriv.infra.tracking.service`
+(W&B's working directories inside the project, its start-up limit, its failures that no retry fixes). Import from ``empriv.infra.tracking``.
 """
 
 from empriv.infra.tracking.curves import MAX_EPSILON_POINTS, epsilon_checkpoints

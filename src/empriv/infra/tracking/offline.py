@@ -41,7 +41,10 @@ def write_offline_runs(root: str | Path | None = None, *, force: bool = False) -
             journal["written"] = digest
             dump_journal(root, rid, journal)
             written.append(rid)
-    if written:
+    if written:  # W&B's service ends with the writing, not whenever this process does
+        from empriv.infra.tracking.service import end_service
+
+        end_service()
         log.info("W&B: wrote %d offline run(s) to %s in %.1f s (upload with: wandb sync --sync-all %s)",
                  len(written), root / "wandb", time.monotonic() - start, root / "wandb")
     return written
@@ -75,7 +78,9 @@ def _write_whole_run(root: Path, journal: dict) -> None:
             run.summary[k] = v
         this = Path(run.dir).parent
     except BaseException:
+        failed = Path(run.dir).parent
         run.finish(exit_code=1)
+        shutil.rmtree(failed, ignore_errors=True)  # not a copy of the run: the older one, if any, stays
         raise
     run.finish()
     for old in local_copies(root, rid):

@@ -282,13 +282,21 @@ def open_run(*, project: str, group: str, name: str, section: str, mode: str, sc
 
 def init_wandb(wandb, root: Path, *, mode: str, project: str, name: str, group: str, job_type: str, rid: str,
           config: dict, tags: list[str]):
-    settings = wandb.Settings(
-        mode=mode, disable_git=True, save_code=False, console="off", silent=True, allow_val_change=True,
-        x_disable_stats=True, x_disable_meta=True, x_disable_machine_info=True, x_save_requirements=False,
-    )
-    (root / "wandb").mkdir(parents=True, exist_ok=True)
-    return wandb.init(project=project, name=name, group=group, job_type=job_type, id=rid, resume="allow",
-                      config=config, tags=tags, dir=str(root), settings=settings, reinit="finish_previous")
+    """``wandb.init`` of run ``rid`` under ``<root>/wandb``, W&B's working directories inside the project and a short
+    start-up limit (:mod:`empriv.infra.tracking.service`); a failure no retry can fix raises a one-line ConfigError."""
+    from empriv.config import ConfigError
+    from empriv.infra.tracking.service import deterministic_failure, prepare_environment, settings
+
+    prepare_environment(root, mode)
+    try:
+        return wandb.init(project=project, name=name, group=group, job_type=job_type, id=rid, resume="allow",
+                          config=config, tags=tags, dir=str(root), settings=settings(wandb, mode),
+                          reinit="finish_previous")
+    except Exception as err:
+        line = deterministic_failure(err, mode)
+        if line is None:
+            raise
+        raise ConfigError(line) from err
 
 
 def open_configuration_run(params, run, *, section: str, scrub: SecretScrubber, method: str | None = None,
