@@ -10,7 +10,8 @@ from pathlib import Path
 from empriv import paths
 from empriv.config import Params
 from empriv.analysis.bootstrap import REPLICATES as BOOTSTRAP_REPLICATES
-from empriv.io import atomic_dir, atomic_path, read_json, write_json
+from empriv.io import read_json, write_json
+from empriv.pipeline.staged_outputs import StagedOutputs
 
 # Facts of each run's training shown in the report's assumptions table.
 ASSUMPTION_KEYS = ("config", "epsilon", "sampler", "accountant", "requested_accountant", "accountant_fallback_reason",
@@ -52,40 +53,44 @@ def main(params: Params) -> dict:
     from empriv.analysis.table import audit_runs_outside_cube, run_table, score_records
     from empriv.analysis.variance import format_summary_record, summary_record
 
-    ap = params.analyze
-    full = run_table(params, paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR, paths.AUDIT_METRICS_DIR)
-    # Privacy units (cube.unit): the research's analysis (variance, regression, heuristics, selection) compares
-    # hyperparameters at one guarantee, so it runs on the runs of one unit — record-level when the cube has them —
-    # and every unit gets its per-ε summary, side by side in the summary, the metrics and the report.
-    units = list(dict.fromkeys(full["unit"].to_list()))
-    main_unit = "record" if "record" in units else units[0]
-    table = full.filter(pl.col("unit") == main_unit) if len(units) > 1 else full
-    summary = summary_record(full, list(ap.scores), main_unit)  # per ε (and per unit / method when there are several)
-    scores = summary["scores"]
-    base = base_utility(params, paths.BASE_METRICS)
-    analysis, configs = compute_analysis(
-        table, privacy_scores=list(ap.privacy_scores), utility=ap.utility,
-        base_utility=base, retention_fraction=ap.retention_fraction,
-        monte_carlo_trials=ap.monte_carlo_trials, seed=ap.seed,
-        audit_outside_cube=audit_runs_outside_cube(params, paths.AUDIT_METRICS_DIR, full),
-        bootstrap_replicates=BOOTSTRAP_REPLICATES)  # the derived statistics' standard errors (empriv diff's)
-    # the adaptation audit (adaptation_audit.cube; none in the default run): its runs' attacks, per dataset × method × ε
-    adaptation = analyze_adaptation_audit(paths.ADAPTATION_AUDIT_DIR, paths.ADAPTATION_AUDIT_TABLE)
-    if adaptation is not None:
-        analysis["adaptation_audit"] = adaptation
-    if analysis.get("table8"):  # `empriv summary` prints it under the table: Table 8 of the primary score per ε
-        summary["table8"] = analysis["table8"]
-    # ACR per ε by secret frequency (frequent and rare secrets apart), over the runs of the summary's main table
-    main_runs = table.filter(pl.col("method") == summary["method"]) if summary.get("method") else table
-    analysis["acr_by_frequency"] = summary["acr_by_frequency"] = acr_by_frequency(
-        score_records(params, paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR, configs=set(main_runs["config"].to_list())))
-    if len(units) > 1:
-        analysis["notes"].append(f"privacy units {', '.join(units)}: this analysis covers the {main_unit} runs; every "
-                                 "unit's per-ε summary is in the 'Record- vs user-level' table and metrics/summary.json")
-    profiles = paths.PROFILES_DIR
-    with atomic_dir(paths.ANALYSIS_PLOTS_DIR) as tmp:
-        figures = make_figures(analysis, configs, tmp)
-        write_plot_data(analysis, configs, tmp)
+    with StagedOutputs() as out:  # a failure anywhere below, W&B included, leaves the previous outputs whole
+        ap = params.analyze
+        full = run_table(params, paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR, paths.AUDIT_METRICS_DIR)
+        # Privacy units (cube.unit): the research's analysis (variance, regression, heuristics, selection) compares
+        # hyperparameters at one guarantee, so it runs on the runs of one unit — record-level when the cube has
+        # them — and every unit gets its per-ε summary, side by side in the summary, the metrics and the report.
+        units = list(dict.fromkeys(full["unit"].to_list()))
+        main_unit = "record" if "record" in units else units[0]
+        table = full.filter(pl.col("unit") == main_unit) if len(units) > 1 else full
+        summary = summary_record(full, list(ap.scores), main_unit)  # per ε (and per unit / method when several)
+        scores = summary["scores"]
+        base = base_utility(params, paths.BASE_METRICS)
+        analysis, configs = compute_analysis(
+            table, privacy_scores=list(ap.privacy_scores), utility=ap.utility,
+            base_utility=base, retention_fraction=ap.retention_fraction,
+            monte_carlo_trials=ap.monte_carlo_trials, seed=ap.seed,
+            audit_outside_cube=audit_runs_outside_cube(params, paths.AUDIT_METRICS_DIR, full),
+            bootstrap_replicates=BOOTSTRAP_REPLICATES)  # the derived statistics' standard errors (empriv diff's)
+        # the adaptation audit (adaptation_audit.cube; none in the default run): its runs' attacks, per dataset ×
+        # method × ε
+        adaptation = analyze_adaptation_audit(paths.ADAPTATION_AUDIT_DIR, out.file(paths.ADAPTATION_AUDIT_TABLE))
+        if adaptation is not None:
+            analysis["adaptation_audit"] = adaptation
+        if analysis.get("table8"):  # `empriv summary` prints it under the table: Table 8 of the primary score per ε
+            summary["table8"] = analysis["table8"]
+        # ACR per ε by secret frequency (frequent and rare secrets apart), over the runs of the summary's main table
+        main_runs = table.filter(pl.col("method") == summary["method"]) if summary.get("method") else table
+        analysis["acr_by_frequency"] = summary["acr_by_frequency"] = acr_by_frequency(
+            score_records(params, paths.TRAIN_METRICS_DIR, paths.SCORE_METRICS_DIR,
+                          configs=set(main_runs["config"].to_list())))
+        if len(units) > 1:
+            analysis["notes"].append(f"privacy units {', '.join(units)}: this analysis covers the {main_unit} runs; "
+                                     "every unit's per-ε summary is in the 'Record- vs user-level' table and "
+                                     "metrics/summary.json")
+        profiles = paths.PROFILES_DIR
+        plots = out.directory(paths.ANALYSIS_PLOTS_DIR)
+        figures = make_figures(analysis, configs, plots)
+        write_plot_data(analysis, configs, plots)
         html_text = render_html(
             analysis, figures, cube=params.cube.model_dump(), params=ap.model_dump(),
             assumptions=assumptions([r.file_stem for r in params.runs()], paths.TRAIN_METRICS_DIR),
@@ -93,19 +98,20 @@ def main(params: Params) -> dict:
             units=unit_comparison(full.filter(pl.col("method") == analysis["methods"]["main"]) if "methods" in analysis
                                   else full, analysis["primary_score"], ap.utility) if len(units) > 1 else None,
             profile_images=sorted(profiles.glob("*.png")) if profiles.is_dir() else None)
-    write_report(paths.REPORT, html_text)
-    with atomic_path(paths.RUNS_TABLE) as tmp:
-        full.write_csv(tmp)
-    write_json(paths.SCORES_BY_EPSILON, summary)
-    write_json(paths.ANALYSIS_DETAIL, analysis)
-    # the DVC metrics to the digits their uncertainty supports (empriv.analysis.precision); exact values: records/
-    write_json(paths.SUMMARY, round_metrics(summary_metrics_by_unit(full, scores, ap.utility, base, main_unit)))
-    write_json(paths.CONFIGS, round_metrics(config_metrics(full, analysis["primary_score"], ap.utility)))
-    write_json(paths.ANALYSIS, round_metrics(analysis_metrics(analysis)))
-    print(format_summary_record(summary))
-    print(format_analysis(analysis))
-    print(f"report: {paths.REPORT}")
-    track_analysis(params, full, summary, analysis, configs)
+        write_report(out.file(paths.REPORT), html_text)
+        full.write_csv(out.file(paths.RUNS_TABLE))
+        write_json(out.file(paths.SCORES_BY_EPSILON), summary)
+        write_json(out.file(paths.ANALYSIS_DETAIL), analysis)
+        # the DVC metrics to the digits their uncertainty supports (empriv.analysis.precision); exact values: records/
+        write_json(out.file(paths.SUMMARY),
+                   round_metrics(summary_metrics_by_unit(full, scores, ap.utility, base, main_unit)))
+        write_json(out.file(paths.CONFIGS), round_metrics(config_metrics(full, analysis["primary_score"], ap.utility)))
+        write_json(out.file(paths.ANALYSIS), round_metrics(analysis_metrics(analysis)))
+        out.publish()  # every output in place at once; W&B (below) reads the published figures
+        print(format_summary_record(summary))
+        print(format_analysis(analysis))
+        print(f"report: {paths.REPORT}")
+        track_analysis(params, full, summary, analysis, configs)
     return summary
 
 
