@@ -64,8 +64,9 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 # the stages of other DVC files they need through `dvc repro` first), so no `dvc repro` follows: it would only ask
 # DVC the same questions again (~7 s on the default with nothing to do; docs/timing.md, "No-op runs after issue 30").
 # `dvc repro` alone gives the same outputs, one stage at a time, rewriting dvc.lock after each.
+# YES=1 (make repro YES=1) passes --yes: a cube above sweep.max_runs runs anyway (docs/params.md, sweep.max_runs).
 repro: $(STAMP)
-	$(BIN)/empriv validate --fill-defaults
+	$(BIN)/empriv validate --fill-defaults $(if $(filter-out 0 no false,$(YES)),--yes)
 	$(BIN)/empriv sweep --engine local --all
 	@$(BIN)/python -m empriv.infra.warm --stop  # the warm worker of the model stages (docs/timing.md); it would idle 300 s
 	@$(BIN)/empriv summary

@@ -2,7 +2,8 @@
 
     empriv summary [--json]          print the per-ε summary of the last `dvc repro`
     empriv validate [PARAMS]         validate params.yaml and dvc.yaml's cube matrices (exit 2, one line per problem);
-                                     --fix-inputs first sets params' inputs to the raw files the other keys name
+                                     --fix-inputs first sets params' inputs to the raw files the other keys name;
+                                     a cube above sweep.max_runs needs --yes
     empriv privacy ...               privacy accounting (calibrate, epsilon, profile, group)
     empriv audit ...                 ε lower bounds from audit counts (epsilon, clopper-pearson)
     empriv analyze select ...        Algorithm 1's pick from a run table, and the baselines'
@@ -71,18 +72,23 @@ def _exps(args) -> int:
 
 
 def _validate(args) -> int:
+    from empriv.config import load_params
+    from empriv.pipeline.cube_size import run_counts, size_lines
     from empriv.pipeline.validate import fix_inputs, validate_project
 
     if args.fix_inputs:
         fixed = fix_inputs(args.params)
         print(f"{args.params}: inputs " + ("already up to date" if fixed is None else f"set to {fixed}"))
+    size = size_lines(load_params(args.params), yes=args.yes)  # a huge cube stops here, before the per-run checks
     params = validate_project(args.params, args.dvc_yaml)  # a ConfigError: one line per problem, exit 2 (main)
     if args.fill_defaults:
         from empriv.pipeline.validate import fill_defaults, report_filled
 
         report_filled(args.params, fill_defaults(args.params, args.dvc_yaml))
-    print(f"{args.params}: valid ({len(params.runs())} configurations in the cube, "
-          f"{len(params.audit_runs())} in the audit cube)")
+    runs, audits = run_counts(params)
+    print(f"{args.params}: valid ({runs} configurations in the cube, {audits} in the audit cube)")
+    for line in size:
+        print(line)
     return 0
 
 
@@ -218,6 +224,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     v.add_argument("--fill-defaults", action="store_true", help="then write into the params file the defaults of "
                    "the keys dvc.yaml's stages read that it leaves out (DVC sees a missing key as changed; make repro "
                    "and the validate stage do this)")
+    v.add_argument("--yes", action="store_true", help="accept a cube above sweep.max_runs (default 2,000 runs with "
+                   "the audit cube; `make repro YES=1`); a large one prints its runs and estimated wall time either way")
     v.set_defaults(func=_validate)
     w = sub.add_parser("wandb-write", help="write the offline W&B runs whose journals changed (the analyze stage "
                        "does this; e.g. after `dvc repro train@…` alone)")

@@ -28,6 +28,8 @@ class SweepParams(_Section):
     stages: list[str] = ["train", "score", "audit"]  # matrix stages whose items become jobs
     jobs: int = Field(2, ge=1)  # local engine: items run at once
     max_retries: int = Field(2, ge=0)  # re-submissions of a preempted or failed job (it resumes from its checkpoint)
+    # `empriv validate` refuses a cube (+ audit cube) of more runs unless --yes (make repro YES=1); see pipeline/cube_size
+    max_runs: int = Field(2000, ge=1)
     folder: str = ".empriv/sweep"  # submitit's job folder (scripts, logs, results); shared with the nodes on a cluster
     slurm: SlurmParams = SlurmParams()
     # per-stage overrides of the slurm resources, e.g. {train: {gpus_per_node: 1, timeout_min: 120}}
