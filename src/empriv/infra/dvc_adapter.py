@@ -480,7 +480,7 @@ def cache_settings(root: Path) -> tuple[Path, list[str]]:
 
     with Repo(str(root)) as repo:
         types = repo.config["cache"].get("type") or ["reflink", "copy"]
-        return Path(repo.cache.local.path), [types] if isinstance(types, str) else list(types)
+        return Path(repo.cache.local_cache_dir), [types] if isinstance(types, str) else list(types)
 
 
 def status_of(root: Path, addresses: Iterable[str]) -> dict:

@@ -94,3 +94,21 @@ def test_which_records_a_sweep_reads_and_forgetting_them(tmp_path):
     records.forget(["train@1"])
     assert "train@1" not in records and not old.exists() and not new.exists()
     assert (tmp_path / "sweep" / "2" / "finished" / "train@2.json").exists()
+
+
+def test_a_committed_output_re_linked_by_dvc_moves_the_records_that_read_it_along(tmp_path):
+    _workspace(tmp_path)
+    train = _item(tmp_path)
+    _finish(tmp_path, tmp_path / "sweep" / "1", train)
+    total = _item(tmp_path, address="total", stage="total", key="", deps=list(train.outs),
+                  outs=[str(tmp_path / "total.txt")], params={})
+    state = started_state(total.deps, total.params, tmp_path)
+    (tmp_path / "total.txt").write_text("2")
+    write_record(tmp_path / "sweep" / "1", "total", tmp_path, total.commands, state, total.outs)
+    records = FinishedRecords([tmp_path / "sweep" / "1"], tmp_path)
+    out = Path(train.outs[0])
+    os.utime(out, ns=(out.stat().st_atime_ns, out.stat().st_mtime_ns + 10**9))  # DVC's re-link: same content
+    assert records.check(total) == "a dependency changed since its command started"
+    records.refresh_outs("train@1", train.outs)
+    again = FinishedRecords([tmp_path / "sweep" / "1"], tmp_path)  # as the next sweep reads them
+    assert again.check(train) is None and again.check(total) is None

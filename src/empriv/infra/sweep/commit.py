@@ -4,7 +4,10 @@ longer has. See :mod:`empriv.infra.sweep` for the whole story."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -13,6 +16,30 @@ from empriv.infra.sweep.output import SweepResult
 from empriv.infra.sweep.plan import Plan
 from empriv.infra.sweep.recover import FinishedRecords
 from empriv.infra.sweep.space import NO_SPACE, NotEnoughSpace, cache_dir_of, commit_line
+
+
+@contextlib.contextmanager
+def _full_disk_said_once(said: list[str]):
+    """While inside, DVC's own log line about a full disk (``ERROR: failed to transfer … No space left on device``)
+    is held back, its text kept in ``said``: the sweep says it once, in its own line."""
+    def hold(record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None  # DVC: "failed to transfer …" + the OSError
+        text = record.getMessage() + (f" - {error}" if error is not None else "")
+        if re.search(r"No space left on device|Disk quota exceeded", text):
+            said.append(text)
+            return False
+        return True
+
+    loggers = [logging.getLogger(), *(v for v in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(v, logging.Logger))]  # DVC's handlers sit on dvc, dvc_data, …
+    handlers = {h for logger in loggers for h in logger.handlers}
+    for handler in handlers:
+        handler.addFilter(hold)
+    try:
+        yield said
+    finally:
+        for handler in handlers:
+            handler.removeFilter(hold)
 
 
 def prune_lock(root: Path, echo: Callable[[str], None], stale: list[str] | None = None) -> list[str]:
@@ -55,13 +82,18 @@ def collect(plan: Plan, result: SweepResult, root: Path, echo: Callable[[str], N
 
     if records is not None and result.folder is not None:
         records.add([result.folder])  # this sweep's jobs' records
+    said: list[str] = []
     try:
-        commit_stages(root, finished, committed=one_committed)
+        with _full_disk_said_once(said):
+            commit_stages(root, finished, committed=one_committed)
     except OSError as err:
         if err.errno not in NO_SPACE:
             raise
         if records is not None:
             records.forget(committed)
+        written = next((m.group(1) for m in (re.search(r"-> '([^']+)'", t) for t in said) if m), None)
+        if written and not err.filename:  # DVC names the file it was writing in its log line only
+            err.filename = written
         raise NotEnoughSpace(commit_line(err, root, cache_dir_of(root), len(committed), len(finished))) from None
     if records is not None:
         records.forget(finished)

@@ -189,12 +189,22 @@ class FinishedRecords:
                         self.root)
 
     def refresh_outs(self, address: str, outs: list[str]) -> None:
-        """The outputs of ``address`` were just committed (DVC re-linked them): the record's ``outs`` say how they are
-        now, so that a sweep killed before the end of the commit leaves a record that still matches."""
+        """The outputs of ``address`` were just committed (DVC re-linked them, same content): the record's ``outs`` say
+        how they are now, and so do the ``deps`` of the other records that noted those files as they were, so that a
+        sweep killed (or out of space) before the end of its commit leaves records that still match."""
         record = self._records.get(address)
-        if record is not None and self._paths.get(address):
-            record["outs"] = signature(outs, self.root)
-            _write(self._paths[address][-1], record)
+        if record is None or not self._paths.get(address):
+            return
+        before, after = record["outs"], signature(outs, self.root)
+        record["outs"] = after
+        _write(self._paths[address][-1], record)
+        # the same content under a new mtime: a record that noted these files as its deps, as they were, follows too
+        for other, data in self._records.items():
+            deps = data.get("deps") or {}
+            moved = [k for k, v in after.items() if k in deps and deps[k] == before.get(k) and v != before.get(k)]
+            if other != address and moved and self._paths.get(other):
+                deps.update({k: after[k] for k in moved})
+                _write(self._paths[other][-1], data)
 
     def forget(self, addresses: list[str]) -> None:
         """Remove the records of ``addresses`` (committed, or run again)."""
