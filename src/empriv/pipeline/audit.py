@@ -54,15 +54,18 @@ def main(params: Params, run: RunConfig, canaries_dir=paths.CANARIES_DIR, runs_d
     ids, mask = encoded_train_split(params, tok)
     # the audit's part of the configuration's W&B run: its training curve and its results (no canary ever)
     scrub = SecretScrubber(secrets_to_scrub()).with_canaries(getattr(cs, "canary_set", cs), tok)
-    with open_configuration_run(params, run, section="audit", scrub=scrub) as tracker:
-        out = _train_and_audit(params, run, cs, tok, ids, mask, tracker, t0, runs_dir, metrics_dir)
+    from empriv.pipeline.staged_outputs import StagedOutputs
+
+    with StagedOutputs() as staged:  # W&B failing as the run closes puts the previous outputs back
+        with open_configuration_run(params, run, section="audit", scrub=scrub) as tracker:
+            out = _train_and_audit(params, run, cs, tok, ids, mask, tracker, t0, runs_dir, metrics_dir, staged)
     return out
 
 
 def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker, t0: float, runs_dir,
-                     metrics_dir) -> dict:
+                     metrics_dir, staged) -> dict:
     from empriv.audit.canary_audit import audit_canaries, reference_model
-    from empriv.io import atomic_dir, write_json, write_jsonl
+    from empriv.io import write_json, write_jsonl
     from empriv.models.adapters import save_finetuned
     from empriv.models.registry import resolve_device
     from empriv.pipeline.train import checkpointer, public_inputs, user_level_inputs
@@ -104,20 +107,21 @@ def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker
         "wall_time_s": time.time() - t0,
         "peak_memory": peak_memory(),
     }
-    with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
-        method = params.train.method
-        saved_as = method_traits(method).saved_as
-        if saved_as == "peft":
-            # LoRA audits also train the embeddings (new-token rows): save the merged model whole.
-            model = model.merge_and_unload()
-        # The tokenizer is the base's: new-token canaries are embedding rows past its vocabulary. A prefix/prompt
-        # audit model keeps its adapter beside its whole base (whose embeddings gained those rows).
-        if saved_as == "virtual_tokens":
-            save_finetuned(model, method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, include_base=True)
-        else:
-            save_finetuned(model, "full", tmp, tokenizer_dir=paths.TOKENIZER_DIR)
-        write_jsonl(Path(tmp) / "canary_scores.jsonl", rows)
-        write_json(Path(metrics_dir) / f"{run.file_stem}.json", out)
+    tmp = staged.directory(Path(runs_dir) / run.file_stem)  # the model directory and the record, published together
+    method = params.train.method
+    saved_as = method_traits(method).saved_as
+    if saved_as == "peft":
+        # LoRA audits also train the embeddings (new-token rows): save the merged model whole.
+        model = model.merge_and_unload()
+    # The tokenizer is the base's: new-token canaries are embedding rows past its vocabulary. A prefix/prompt
+    # audit model keeps its adapter beside its whole base (whose embeddings gained those rows).
+    if saved_as == "virtual_tokens":
+        save_finetuned(model, method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, include_base=True)
+    else:
+        save_finetuned(model, "full", tmp, tokenizer_dir=paths.TOKENIZER_DIR)
+    write_jsonl(Path(tmp) / "canary_scores.jsonl", rows)
+    write_json(staged.file(Path(metrics_dir) / f"{run.file_stem}.json"), out)
+    staged.publish()
     if ck is not None:
         ck.clear()
     track_audit(tracker, out)

@@ -16,7 +16,8 @@ log = logging.getLogger("empriv.base")
 def main(params: Params, out_dir=paths.BASE_DIR, metrics_path=paths.BASE_METRICS) -> dict:
     import torch
 
-    from empriv.io import atomic_dir, write_json
+    from empriv.io import write_json
+    from empriv.pipeline.staged_outputs import StagedOutputs
     from empriv.models.base import pretrain_tiny_base, write_pretrained_base
     from empriv.models.lm import encode_fixed, mean_token_nll
     from empriv.models.registry import is_pretrained, resolve_device
@@ -32,7 +33,8 @@ def main(params: Params, out_dir=paths.BASE_DIR, metrics_path=paths.BASE_METRICS
     test_ids, test_mask = encode_fixed(tok.encode_batch(load_texts("test")), tok.eos_id, b.seq_len)
     losses: list[float] = []
     facts: dict = {}
-    with atomic_dir(out_dir) as tmp:
+    with StagedOutputs() as out:  # the model and its record replaced together (no partial outputs)
+        tmp = out.directory(out_dir)
         if is_pretrained(b.name):
             model, facts = write_pretrained_base(params, tmp, tok)
         else:
@@ -41,19 +43,19 @@ def main(params: Params, out_dir=paths.BASE_DIR, metrics_path=paths.BASE_METRICS
         copy_hf_tokenizer(paths.TOKENIZER_DIR, tmp)
         test_nll = mean_token_nll(model.to(device), test_ids, test_mask, params.score.eval_batch_size)
         model.to("cpu")
-    metrics = {
-        "name": b.name,
-        "pretrained": is_pretrained(b.name),
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "pretrain_steps": 0 if is_pretrained(b.name) else b.pretrain_steps,
-        "pretrain_final_loss": losses[-1] if losses else None,
-        "test_nll": test_nll,
-        "test_perplexity": float(torch.exp(torch.tensor(test_nll))),
-        "threads": torch.get_num_threads(),
-        "wall_time_s": time.time() - t0,
-        **{k: v for k, v in facts.items() if isinstance(v, (int, float, str, bool)) or v is None},
-    }
-    write_json(metrics_path, metrics)
+        metrics = {
+            "name": b.name,
+            "pretrained": is_pretrained(b.name),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "pretrain_steps": 0 if is_pretrained(b.name) else b.pretrain_steps,
+            "pretrain_final_loss": losses[-1] if losses else None,
+            "test_nll": test_nll,
+            "test_perplexity": float(torch.exp(torch.tensor(test_nll))),
+            "threads": torch.get_num_threads(),
+            "wall_time_s": time.time() - t0,
+            **{k: v for k, v in facts.items() if isinstance(v, (int, float, str, bool)) or v is None},
+        }
+        write_json(out.file(metrics_path), metrics)
     log.info("base %s: %d parameters, test perplexity %.2f", b.name, metrics["parameters"], metrics["test_perplexity"])
     return metrics
 

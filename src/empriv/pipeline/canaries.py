@@ -47,7 +47,8 @@ def check_canary_leaks(canary_set, tokenizer, prepared_dir: Path = paths.PREPARE
 
 def main(params: Params, out_dir: str | Path = paths.CANARIES_DIR, metrics_path: str | Path = paths.CANARIES_METRICS,
          prepared_dir: str | Path = paths.PREPARED_DIR):
-    from empriv.io import atomic_dir, write_json
+    from empriv.io import write_json
+    from empriv.pipeline.staged_outputs import StagedOutputs
     from empriv.secrets.canaries import _generate_from_params
     from empriv.io import ensure_writable
     from empriv.stage import set_threads
@@ -79,12 +80,13 @@ def main(params: Params, out_dir: str | Path = paths.CANARIES_DIR, metrics_path:
     user_summary = {f"k{k}": {**uc.public_summary(), "leak_check": check_canary_leaks(uc.canary_set, tok,
                                                                                      Path(prepared_dir), encoded)}
                     for k, uc in user_sets.items()}
-    with atomic_dir(out_dir) as tmp:
+    summary = {**cs.public_summary(), "leak_check": leak_record, **({"user_level": user_summary} if user_summary else {})}
+    with StagedOutputs() as out:  # the canaries and their record replaced together (no partial outputs)
+        tmp = out.directory(out_dir)
         cs.save(tmp)
         for k, uc in user_sets.items():
             uc.save(Path(tmp) / user_canaries_dirname(k))
-    summary = {**cs.public_summary(), "leak_check": leak_record, **({"user_level": user_summary} if user_summary else {})}
-    write_json(metrics_path, summary)
+        write_json(out.file(metrics_path), summary)
     log.info("canaries: %d (%d members, %s) + %d population, design %s, prefix %s, loss %s; %d checked for leaks",
              len(cs.audit), len(cs.members), cs.extra.get("membership"), len(cs.population), cs.design, cs.prefix,
              cs.loss, leak_record["n_checked"])

@@ -61,6 +61,7 @@ def nonprivate_models(params: Params, runs_dir: Path = paths.RUNS_DIR):
 def main(params: Params, secrets_path: str | Path = paths.SECRETS, out_path: str | Path = paths.FILTERED_SECRETS,
          metrics_path: str | Path = paths.FILTER_METRICS) -> dict:
     from empriv.io import read_jsonl, write_json, write_jsonl
+    from empriv.pipeline.staged_outputs import StagedOutputs
     from empriv.secrets.filtering import filter_secrets
     from empriv.io import ensure_writable
     from empriv.stage import set_threads
@@ -80,11 +81,12 @@ def main(params: Params, secrets_path: str | Path = paths.SECRETS, out_path: str
     kept, record = filter_secrets(secrets, models, base, tok, enabled=sp.filter, acr_min_finetuned=sp.acr_min_finetuned,
                                   acr_max_base=sp.acr_max_base, acr=acr, air_template=params.score.air_template,
                                   air_max_new_tokens=params.score.air_max_new_tokens)
-    write_jsonl(out_path, kept)
     if sp.filter:  # which fine-tunes decided (run names; no secret text)
         record = {**record, "filter_runs": sp.filter_runs, "runs": [r.name for r in filter_runs(params)]}
     metrics = {**record, "kept": [s["id"] for s in kept]}
-    write_json(metrics_path, metrics)
+    with StagedOutputs() as out:  # the kept secrets and their record replaced together (no partial outputs)
+        write_jsonl(out.file(out_path), kept)
+        write_json(out.file(metrics_path), metrics)
     log.info("secret filters %s: %d of %d secrets kept", "ran" if record["enabled"] else "disabled", len(kept), len(secrets))
     return metrics
 

@@ -95,7 +95,8 @@ def check_leaks(data) -> dict:
 
 
 def main(params: Params, out_dir: str | Path = paths.PREPARED_DIR, metrics_path: str | Path = paths.PREPARE_METRICS) -> dict:
-    from empriv.io import atomic_dir, write_json, write_jsonl
+    from empriv.io import write_json, write_jsonl
+    from empriv.pipeline.staged_outputs import StagedOutputs
 
     caches: list = []
     data = build(params, caches)
@@ -103,7 +104,9 @@ def main(params: Params, out_dir: str | Path = paths.PREPARED_DIR, metrics_path:
     for cache in caches:
         cache.save()
     out_dir = Path(out_dir)
-    with atomic_dir(out_dir) as tmp:
+    metrics = {**data.metrics(), "leak_check": leak_record}
+    with StagedOutputs() as out:  # the splits and their record replaced together (no partial outputs)
+        tmp = out.directory(out_dir)
         for split in paths.SPLITS:
             write_jsonl(paths.split_path(split, tmp), data.splits[split])
         if data.planted:
@@ -112,8 +115,7 @@ def main(params: Params, out_dir: str | Path = paths.PREPARED_DIR, metrics_path:
             write_jsonl(Path(tmp) / paths.TOFU_AUTHORS.name, data.tofu_authors)
         if data.source == "text":  # the secrets stage reads the secret choice here (it depends on data/prepared)
             write_json(Path(tmp) / TEXT_MANIFEST, {"secret_kind": params.data.secret_kind})
-    metrics = {**data.metrics(), "leak_check": leak_record}
-    write_json(metrics_path, metrics)
+        write_json(out.file(metrics_path), metrics)
     log.info("prepared %s: %d train / %d validation / %d test / %d public samples; no secret in %s",
              data.source, metrics["n_train"], metrics["n_validation"], metrics["n_test"], metrics["n_public"],
              "/".join(leak_record["splits"]))

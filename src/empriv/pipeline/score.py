@@ -11,6 +11,7 @@ from empriv.pipeline.common import config_stage, load_base, load_tokenizer, secr
 
 def main(params: Params, run: RunConfig, model_dir=None, metrics_dir=paths.SCORE_METRICS_DIR) -> dict:
     from empriv.io import read_jsonl, write_json
+    from empriv.pipeline.staged_outputs import StagedOutputs
     from empriv.models.adapters import load_finetuned
     from empriv.models.registry import resolve_device
     from empriv.score.run import score_model
@@ -26,8 +27,10 @@ def main(params: Params, run: RunConfig, model_dir=None, metrics_dir=paths.SCORE
     from empriv.stage import peak_memory
 
     metrics["peak_memory"] = peak_memory()
-    write_json(Path(metrics_dir) / f"{run.file_stem}.json", metrics)
-    track_scores(params, run, metrics, secrets)
+    with StagedOutputs() as out:  # W&B failing (online) leaves the previous record, not a new one of a failed stage
+        write_json(out.file(Path(metrics_dir) / f"{run.file_stem}.json"), metrics)
+        out.publish()
+        track_scores(params, run, metrics, secrets)
     return metrics
 
 

@@ -91,7 +91,8 @@ def records_over_window(train_texts: list[str], tokenizer, seq_len: int) -> int:
 
 def main(params: Params, out_path: str | Path = paths.SECRETS, metrics_path: str | Path = paths.SECRETS_METRICS,
          heldout_dir: str | Path = paths.HELDOUT_DIR, prepared_dir: str | Path = paths.PREPARED_DIR) -> list[dict]:
-    from empriv.io import atomic_dir, write_json, write_jsonl
+    from empriv.io import write_json, write_jsonl
+    from empriv.pipeline.staged_outputs import StagedOutputs
     from empriv.secrets.build import held_out, leak_text, public_view
     from empriv.secrets.leaks import check_no_leaks, find_leaks
 
@@ -107,15 +108,17 @@ def main(params: Params, out_path: str | Path = paths.SECRETS, metrics_path: str
     evaluated = kept if source in ("enron", "text") else prepared
     checked = {"public": load_texts("public", prepared_dir), **{s: [r["text"] for r in rows] for s, rows in evaluated.items()}}
     check_no_leaks(find_leaks({r["id"]: leak_text(r) for r in records}, checked))
-    with atomic_dir(heldout_dir) as tmp:
+    held = {split: {"dropped": len(prepared[split]) - len(kept[split]), "kept": len(kept[split])} for split in kept}
+    record = {"n_secrets": len(records), **info, "held_out_samples_with_a_secret": held,
+              "leak_check": {"n_checked": len(records), "splits": {s: len(t) for s, t in checked.items()},
+                             "n_leaks": 0},
+              "secrets": [public_view(r) for r in records]}
+    with StagedOutputs() as out:  # the held-out splits, the secrets and their record replaced together
+        tmp = out.directory(heldout_dir)
         for split, rows in kept.items():
             write_jsonl(Path(tmp) / f"{split}.jsonl", rows)
-    write_jsonl(out_path, records)
-    held = {split: {"dropped": len(prepared[split]) - len(kept[split]), "kept": len(kept[split])} for split in kept}
-    write_json(metrics_path, {"n_secrets": len(records), **info, "held_out_samples_with_a_secret": held,
-                              "leak_check": {"n_checked": len(records), "splits": {s: len(t) for s, t in checked.items()},
-                                             "n_leaks": 0},
-                              "secrets": [public_view(r) for r in records]})
+        write_jsonl(out.file(out_path), records)
+        write_json(out.file(metrics_path), record)
     low = [r["id"] for r in records if r["in_window_fraction"] is not None and r["in_window_fraction"] < 1.0]
     if low:
         log.warning("secrets %s are cut off by the %d-token window in some samples", low, params.base.seq_len)

@@ -78,7 +78,8 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     tokenizer — and its metrics together: if saving either fails, neither is left behind."""
     from pathlib import Path
 
-    from empriv.io import atomic_dir, write_json
+    from empriv.io import write_json
+    from empriv.pipeline.staged_outputs import StagedOutputs
     from empriv.models.adapters import save_finetuned
     from empriv.train.finetune import train_model
 
@@ -96,9 +97,10 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     from empriv.stage import peak_memory
 
     metrics["peak_memory"] = peak_memory()  # of the stage process, training included
-    with atomic_dir(Path(runs_dir) / run.file_stem) as tmp:
+    with StagedOutputs() as out:  # the model and its record replaced together (no partial outputs)
+        tmp = out.directory(Path(runs_dir) / run.file_stem)
         save_finetuned(model, params.train.method, tmp, tokenizer_dir=paths.TOKENIZER_DIR, base_directory=paths.BASE_DIR)
-        write_json(Path(metrics_dir) / f"{run.file_stem}.json", metrics)
+        write_json(out.file(Path(metrics_dir) / f"{run.file_stem}.json"), metrics)
     if ck is not None:
         ck.clear()
     eps = metrics.get("epsilon_user_level", metrics["epsilon_prv"]) if run.privacy_unit.user_level else metrics["epsilon_prv"]
