@@ -30,8 +30,23 @@ from pathlib import Path
 COMMANDS_DIR = "commands"  # in a sweep's job folder
 
 
-def _record_path(folder: Path, address: str) -> Path:
-    return Path(folder) / COMMANDS_DIR / (re.sub(r"[^A-Za-z0-9._@=-]", "_", address) + ".json")
+def item_record_path(folder: Path | str, kind: str, address: str) -> Path:
+    """``<job folder>/<kind>/<item>.json``: where a job writes down something about its item (``commands`` here,
+    ``finished`` in recover.py)."""
+    return Path(folder) / kind / (re.sub(r"[^A-Za-z0-9._@=-]", "_", address) + ".json")
+
+
+def write_record(path: Path, record: dict) -> Path | None:
+    """``record`` as one JSON line at ``path``, atomically; None where it cannot be written (a record is a safety
+    net: the job runs on)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path
 
 
 def start_ticks(pid: int) -> int | None:
@@ -48,19 +63,9 @@ def start_ticks(pid: int) -> int | None:
 def record_command(folder: Path | str, address: str, pid: int, root: str | Path) -> Path | None:
     """Write down the running command ``pid`` of ``address`` (atomically); None where that cannot be done (the job
     runs on; the record is a safety net)."""
-    ticks = start_ticks(pid)
-    path = _record_path(Path(folder), address)
     record = {"address": address, "pid": pid, "host": socket.gethostname(), "root": str(Path(root).resolve()),
-              "start_ticks": ticks,
-              "slurm": bool(os.environ.get("SLURM_JOB_ID"))}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        return None
-    return path
+              "start_ticks": start_ticks(pid), "slurm": bool(os.environ.get("SLURM_JOB_ID"))}
+    return write_record(item_record_path(folder, COMMANDS_DIR, address), record)
 
 
 def forget_command(path: Path | None) -> None:

@@ -25,17 +25,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
+
+from empriv.infra.sweep.leftovers import item_record_path, write_record as _write_json
 
 FINISHED_DIR = "finished"  # in a sweep's job folder
 _MISSING = "<missing>"  # a params key the file does not have
 
 
 def _record_path(folder: Path | str, address: str) -> Path:
-    return Path(folder) / FINISHED_DIR / (re.sub(r"[^A-Za-z0-9._@=-]", "_", address) + ".json")
+    return item_record_path(folder, FINISHED_DIR, address)
 
 
 def signature(paths: list[str], root: str | Path) -> dict[str, Any]:
@@ -123,15 +124,7 @@ def write_record(folder: Path | str, address: str, root: str | Path, commands: l
     return _write(_record_path(folder, address), record)
 
 
-def _write(path: Path, record: dict) -> Path | None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        return None
-    return path
+_write = _write_json
 
 
 def mismatch(record: dict, address: str, commands: list[str], deps: list[str], outs: list[str],
