@@ -79,6 +79,8 @@ COVERED_ELSEWHERE = {
     "empriv.pipeline.filter": ("tests/secrets/test_filtering.py", None),
     "empriv.pipeline.input_checks": ("tests/reliability/test_inputs.py", None),
     "empriv.pipeline.text_checks": ("tests/data/test_text_checks.py", None),
+    "empriv.infra.dvc_remote": ("tests/infra/test_dvc_adapter.py", None),
+    "empriv.pipeline.file_facts": ("tests/reliability/test_inputs.py", "empriv.pipeline.input_checks"),
     "empriv.pipeline.override_checks": ("tests/reliability/test_overrides.py", None),
     "empriv.pipeline.inputs": ("tests/test_validate.py", None),
     "empriv.pipeline.integrity": ("tests/infra/test_sweep.py", 'empriv.cli'),

@@ -24,7 +24,8 @@ def test_make_repro_runs_no_dvc_repro_after_the_sweep():
     text = (ROOT / "Makefile").read_text()
     recipe = text[text.index("\nrepro: ") + 1:].split("\n\n")[0].splitlines()[1:]
     commands = [re.sub(r"^@?\$\(BIN\)/", "", line.strip().split("  #")[0]) for line in recipe]
-    assert commands == ["empriv validate --fill-defaults", "empriv sweep --engine local --all",
+    assert commands == ["empriv validate --fill-defaults $(if $(filter-out 0 no false,$(YES)),--yes)",
+                        "empriv sweep --engine local --all",
                         "python -m empriv.infra.warm --stop", "empriv summary"]
 
 

@@ -128,7 +128,7 @@ def run_cube(root: Path, rev: str, preset: Path, work: Path) -> dict:
 
 def uncached_outputs(work: Path) -> list[str]:
     """The existing outputs declared ``cache: false`` in the worktree's dvc.yaml (paths relative to it)."""
-    from empriv.infra.dvc_adapter import uncached_outputs as outputs
+    from empriv.infra.dvc_remote import uncached_outputs as outputs
 
     return outputs(work)
 
@@ -139,7 +139,7 @@ def push_run_cache(root: Path, remote: str | None = None) -> dict:
     ``dvc push --run-cache`` (DVC 3.67) sends the entries only, so another machine finds the record of a stage
     run but not its outputs, and runs the stage again; this sends both, with DVC's own StageCache and data
     cloud (:func:`empriv.infra.dvc_adapter.push_run_cache`)."""
-    from empriv.infra.dvc_adapter import push_run_cache as push
+    from empriv.infra.dvc_remote import push_run_cache as push
 
     moved = push(root, remote)
     if moved.failed:
@@ -150,7 +150,7 @@ def push_run_cache(root: Path, remote: str | None = None) -> dict:
 def fetch_run_cache(root: Path, remote: str | None = None) -> dict:
     """The remote's run-cache entries and the objects they restore, into ``root``'s DVC cache: a later
     ``dvc repro`` against that cache restores those stage runs instead of running them."""
-    from empriv.infra.dvc_adapter import pull_run_cache
+    from empriv.infra.dvc_remote import pull_run_cache
 
     moved = pull_run_cache(root, remote)
     if moved.failed:

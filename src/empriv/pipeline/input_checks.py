@@ -35,42 +35,13 @@ from pathlib import Path
 
 from empriv.config import KNOWN_BASES, Params, is_local_base
 from empriv.data.prepare import MIN_N_TRAIN  # DataParams.n_train's lower bound
+from empriv.pipeline.file_facts import SNIFF_BYTES, _what, identity, sniff  # noqa: F401 (SNIFF_BYTES: tests)
 
 CACHE = Path(".empriv/input_checks.json")
-SNIFF_BYTES = 8192
 ENRON_ALLOWED = "the Kaggle emails.csv (a CSV with header file,message) or a CMU maildir directory"
 TOFU_ALLOWED = "a TOFU .json (a list of {question, answer} records, or a Hugging Face export) or .jsonl file"
-_MAGIC = {b"\x1f\x8b": "gzip-compressed", b"PK\x03\x04": "a zip archive", b"BZh": "bzip2-compressed",
-          b"\xfd7zXZ\x00": "xz-compressed", b"7z\xbc\xaf\x27\x1c": "a 7z archive", b"\x28\xb5\x2f\xfd": "zstd-compressed",
-          b"%PDF": "a PDF file", b"SQLite format 3": "an SQLite database", b"PAR1": "a Parquet file"}
 
 
-# --------------------------------------------------------------------------------------------- the file's kind
-def sniff(path: Path) -> str | None:
-    """What a file looks like from its first bytes when it is not text: ``"gzip-compressed"``, ``"binary"`` …;
-    None for text."""
-    with open(path, "rb") as fh:
-        head = fh.read(SNIFF_BYTES)
-    for magic, what in _MAGIC.items():
-        if head.startswith(magic):
-            return what
-    if b"\0" in head:
-        return "binary"
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as err:
-        if err.start < len(head) - 4:  # not just a character cut at the end of the sample
-            bad = sum(1 for b in head if b >= 0x80)
-            if bad > len(head) // 10:
-                return "binary"
-    return None
-
-
-def _what(kind: str) -> str:
-    """A sniffed kind as a noun phrase: ``a binary file``, ``a gzip-compressed file``, ``a zip archive``."""
-    if kind == "binary" or kind.endswith("compressed"):
-        return f"a {kind} file"
-    return kind
 
 
 def _text_head(path: Path, n: int = 4096) -> str:
@@ -233,21 +204,6 @@ def _tofu_problem(message: str, path: Path) -> str:
 
 
 # --------------------------------------------------------------------------------------------- the cache
-def identity(path: Path) -> list:
-    """A file's (or every file of a directory's) path, size, modification time and inode: what DVC's own state
-    database keys its hashes on. Cheap: no byte is read."""
-    if path.is_file():
-        st = path.stat()
-        return [str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino]
-    h = hashlib.sha256()
-    n = 0
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        for name in sorted(files):
-            st = os.stat(os.path.join(root, name))
-            h.update(f"{os.path.join(root, name)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
-            n += 1
-    return [str(path.resolve()), n, h.hexdigest()]
 
 
 class FactCache:

@@ -26,7 +26,7 @@ from empriv.config import Params
 
 
 def _whole_file_problem(path: Path, fmt: str) -> str | None:
-    from empriv.pipeline.input_checks import _what, sniff
+    from empriv.pipeline.file_facts import _what, sniff
 
     if fmt == "files":
         if not path.is_dir():
@@ -80,7 +80,7 @@ def text_facts(params: Params, path: Path, given: list[tuple[int, str, str, str]
 def text_corpus_errors(params: Params, root: Path, path: Path, cache) -> list[str]:
     """One line per problem of the text corpus at ``path`` and of the secret choice (see the module docstring)."""
     from empriv.data.prepare import MIN_N_TRAIN
-    from empriv.pipeline.input_checks import identity
+    from empriv.pipeline.file_facts import identity
     from empriv.secrets.records import override_lines, override_problems
 
     d, o = params.data, params.secrets.overrides
