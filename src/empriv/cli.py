@@ -94,10 +94,13 @@ def _validate(args) -> int:
 
 def _study(args) -> int:
     from empriv.config import error_lines
-    from empriv.study import run_study
+    from empriv.study import StudyInterrupted, run_study
 
     try:
         study = run_study(args.preset, Path(args.root), data_path=args.data_path, jobs=args.jobs)
+    except StudyInterrupted as err:  # Ctrl-C: the sweep stopped in order; one line, no traceback
+        print(str(err), file=sys.stderr)
+        return 130
     except RuntimeError as err:  # a failed `dvc repro` in the study's worktree (ConfigError: see main)
         if args.debug:
             raise

@@ -153,6 +153,25 @@ def chunks(raw: dict) -> list[tuple[str, str]]:
     return [(stage, f"{e}-*") for stage in CHUNKED_STAGES for e in epsilons]
 
 
+class StudyInterrupted(RuntimeError):
+    """Ctrl-C during a study: its sweep stopped in order (it commits what finished); ``empriv study run`` prints the
+    one line and exits 130."""
+
+
+def run_waiting(cmd: list[str], **kwargs) -> tuple[int, bool]:
+    """Run ``cmd`` and return (its exit status, whether a Ctrl-C came meanwhile). Ctrl-C sends SIGINT to the
+    terminal's whole process group, the child included: rather than kill the child 0.25 s later (what
+    ``subprocess.run`` does on ``KeyboardInterrupt``) — a sweep would lose the commit of its finished items — this
+    waits for it to stop in its own orderly way, however many times Ctrl-C is pressed."""
+    interrupted = False
+    with subprocess.Popen(cmd, **kwargs) as child:
+        while True:
+            try:
+                return child.wait(), interrupted
+            except KeyboardInterrupt:
+                interrupted = True
+
+
 def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int | None = None) -> dict:
     """Run preset ``name`` end to end (see the module docstring); returns ``study.json``'s content."""
     root = root.resolve()
@@ -176,21 +195,24 @@ def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int 
              *(["--jobs", str(jobs)] if jobs else [])]
     parts = [[*sweep, "--stages", stage, "--items", pattern] for stage, pattern in chunks(raw)]
     with open(out / "dvc_repro.log", "a", encoding="utf-8") as log:
-        proc = None
+        returncode, interrupted = 0, False
         for cmd in (*parts, [*sweep, "--all"], ["dvc", "repro"]):
             shown = "dvc repro" if cmd[0] == "dvc" else "empriv sweep " + " ".join(cmd[cmd.index("--root") + 2:])
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
-            proc = subprocess.run(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-            if proc.returncode:
+            returncode, interrupted = run_waiting(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+            if returncode or interrupted:
                 break
-        subprocess.run([sys.executable, "-m", "empriv.infra.warm", "--stop"], cwd=work, env=env, stdout=log,
-                       stderr=subprocess.STDOUT, text=True)
+        run_waiting([sys.executable, "-m", "empriv.infra.warm", "--stop"], cwd=work, env=env, stdout=log,
+                    stderr=subprocess.STDOUT)
+    if interrupted:  # no results/ copy of a half-run study: the last complete one stays
+        raise StudyInterrupted(f"study {name!r}: interrupted during `{shown}` (exit status {returncode}), which "
+                               f"committed what had finished; run `empriv study run {name}` again to resume")
     wall = time.time() - started
-    study = collect(name, root, raw=raw, commit=commit, exit_code=proc.returncode, wall_time_s=wall)
-    if proc.returncode != 0:
+    study = collect(name, root, raw=raw, commit=commit, exit_code=returncode, wall_time_s=wall)
+    if returncode != 0:
         raise RuntimeError(f"study {name!r}: `{shown}` "
-                           f"failed with exit code {proc.returncode}; see {out / 'dvc_repro.log'}")
+                           f"failed with exit code {returncode}; see {out / 'dvc_repro.log'}")
     return study
 
 
