@@ -17,23 +17,11 @@ import pytest
 from empriv.infra.sweep.leftovers import group_members, record_command, start_ticks, stop_leftovers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_sweep import TRAIN_PY, _env, _sweep, _template, project  # noqa: E402,F401  (the sweep tests' project)
+X
+
+from test_sweep_faults import SLEEPER, STOPPING_TRAIN_PY, _wait_for  # noqa: E402  (stand-ins of a stage command)
 
 PY = sys.executable
-SLEEPER = """\
-import os, sys, time
-open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-time.sleep(120)
-"""
-
-
-def _wait_for(path: Path, timeout: float = 60.0) -> int:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} was not written within {timeout} s"
-        time.sleep(0.05)
-    return int(path.read_text())
 
 
 def _orphaned_command(tmp_path: Path) -> tuple[int, int]:
@@ -84,15 +72,6 @@ def test_a_record_whose_pid_was_recycled_is_dropped_without_a_signal(tmp_path):
     finally:
         other.kill()
         other.wait()
-
-
-# train.py whose item 2 writes its pid and waits (until a file named "go" exists); item 1 finishes at once
-STOPPING_TRAIN_PY = TRAIN_PY.replace('os.makedirs("runs", exist_ok=True)',
-                                     'if x == "2" and not os.path.exists("go"):\n'
-                                     '    open("started-2.tmp", "w").write(str(os.getpid()))\n'
-                                     '    os.replace("started-2.tmp", "started-2")\n'
-                                     '    time.sleep(300)\n'
-                                     'os.makedirs("runs", exist_ok=True)')
 
 
 @pytest.mark.slow
