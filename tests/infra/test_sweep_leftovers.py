@@ -17,7 +17,7 @@ import pytest
 from empriv.infra.sweep.leftovers import group_members, record_command, start_ticks, stop_leftovers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-X
+from test_sweep import TRAIN_PY, _env, _sweep, _template, project  # noqa: E402,F401  (the sweep tests' project)
 
 from test_sweep_faults import SLEEPER, STOPPING_TRAIN_PY, _wait_for  # noqa: E402  (stand-ins of a stage command)
 
