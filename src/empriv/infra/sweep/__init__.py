@@ -14,7 +14,9 @@ brings the results back under DVC's control, so that ``dvc repro`` afterwards ha
    selected items (``score@x`` needs ``train@x``).
 2. **upstream**: one ``dvc repro <upstream stages>`` brings everything the items read up to date first.
 3. **jobs**: an item is stale when DVC says it changed, or when a selected item it depends on is stale. Up-to-date
-   items are skipped. A stale item becomes ready once the items it depends on are done; then its outputs are
+   items are skipped. A stale item becomes ready once the items it depends on are done; an item whose directory deps
+   hold outputs of runs dvc.yaml no longer has (a value removed from the cube) is stale too and moves them to
+   ``.empriv/removed/`` first (:mod:`~empriv.infra.sweep.removed`); then its outputs are
    removed (as ``dvc repro`` does) and DVC's run-cache is asked first (an identical earlier run is checked out,
    no job); otherwise the item's resolved ``cmd`` runs as one job: a :class:`StageJob` submitted through
    submitit's ``SlurmExecutor`` or ``LocalExecutor``.

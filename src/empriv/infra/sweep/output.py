@@ -253,6 +253,7 @@ class SweepResult:
     interrupted: str | None = None  # the signal that stopped the sweep (SIGINT, SIGTERM), None when it ran to its end
     cancelled: list[str] = field(default_factory=list)  # items whose running jobs the interrupt cancelled
     not_started: list[str] = field(default_factory=list)  # items still waiting when it came
+    moved: list[str] = field(default_factory=list)  # outputs of removed runs moved to .empriv/removed/ (removed.py)
 
     @property
     def ok(self) -> bool:

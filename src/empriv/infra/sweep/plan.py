@@ -9,6 +9,7 @@ from pathlib import Path
 
 from empriv.config import ConfigError, SlurmParams, SweepParams, _did_you_mean, parse_section, read_yaml
 from empriv.infra.dvc_adapter import open_pipeline
+from empriv.infra.sweep.removed import RemovedFinder, find_removed
 
 
 class SweepError(ValueError):
@@ -56,6 +57,8 @@ class Item:
     # stale only because its outputs are missing from the DVC cache, intact in the workspace: committed, not run
     uncached: bool = False
     always_runs: bool = False  # DVC runs it every time (always_changed, or no deps): never recovered
+    # outputs of runs dvc.yaml no longer has, inside its directory deps (removed.py): moved away at its turn
+    removed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -186,8 +189,13 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
         rel = graph.subgraph(relevant)
         stale: dict[str, bool] = {}
         changed = pipeline.changed(rel.nodes)  # DVC's Stage.changed of each, under one read lock
+        # a member whose directory deps hold outputs of removed runs reads another directory once they are moved
+        # away at its turn (removed.py): stale, though DVC's answer comes only then
+        lock_stale = pipeline.lock_entries_not_in(here)
+        finder = RemovedFinder(root, [o for st in pipeline.stages for o in st.outs], lock_stale)
+        removed = {s: find_removed(finder, list(info[s].deps)) for s in members}
         for s in reversed(list(nx.topological_sort(rel))):
-            stale[s] = changed[s] or any(stale[d] for d in rel.successors(s))
+            stale[s] = changed[s] or bool(removed.get(s)) or any(stale[d] for d in rel.successors(s))
         stale_upstream = sorted(s for s in relevant - members if stale[s])
         uncached = pipeline.missing_from_cache([s for s in order if changed[s]])
         downstream: set[str] = set()
@@ -200,6 +208,6 @@ def make_plan(root: str | Path, stages: list[str], patterns: list[str] | None = 
                               needs=[d for d in graph.successors(s) if d in members], stale=stale[s],
                               changed=changed[s], between=s in between, deps=list(info[s].deps),
                               outs=list(info[s].outs), params={f: list(k) for f, k in info[s].params},
-                              uncached=s in uncached, always_runs=info[s].always_runs))
+                              uncached=s in uncached, always_runs=info[s].always_runs, removed=removed[s]))
         return Plan(root=root, stages=chosen, items=items, upstream=upstream, stale_upstream=stale_upstream,
-                    downstream=sorted(downstream), empty=empty, lock_stale=pipeline.lock_entries_not_in(here))
+                    downstream=sorted(downstream), empty=empty, lock_stale=lock_stale)

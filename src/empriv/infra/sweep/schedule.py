@@ -27,6 +27,7 @@ from empriv.infra.sweep.output import SweepOutput, SweepResult, eta_seconds, log
 from empriv.infra.sweep.plan import (Item, Plan, SweepError, load_sweep_params, make_plan, matrix_stages,
                                      merged_resources, threads_per_job)
 from empriv.infra.sweep.recover import FinishedRecords
+from empriv.infra.sweep.removed import REMOVED_DIR, move_removed, moved_line
 from empriv.infra.sweep.space import cache_dir_of, check_plan_space, free_text
 
 ENGINES = ("local", "slurm")
@@ -178,6 +179,9 @@ def _sweep(root: Path, plan: Plan, result: SweepResult, out: SweepOutput, *, eng
         if plan.stale_upstream:
             echo(f"upstream would run first (dvc repro {' '.join(plan.upstream)}): {', '.join(plan.stale_upstream)}")
         for i in plan.to_run:
+            if i.removed:
+                echo(f"would move {len(i.removed)} output(s) of runs dvc.yaml no longer has out of the directories "
+                     f"{i.address} reads, to {REMOVED_DIR}/<sweep>/: {', '.join(_rel(p, root) for p in i.removed)}")
             echo(f"would run {i.address}" + (f" after {', '.join(i.needs)}" if i.needs else "") + f": {i.commands[0]}")
         return result
 
@@ -363,6 +367,8 @@ def _run_jobs(plan: Plan, runner: Engine, result: SweepResult, root: Path, folde
                 todo.remove(item)
                 if item.address not in submitted_once:
                     submitted_once.add(item.address)
+                    if item.removed and not _move_removed(item, root, folder, result, out):
+                        continue
                     if records is not None and item.address in records:  # finished by a sweep that was killed
                         why = records.check(item)
                         if why is None:
@@ -442,6 +448,25 @@ def _cancel(running: dict[str, _Running], result: SweepResult, runner: Engine, o
         deadline = time.monotonic() + wait_s
         while any(not r.job.done() for r in cancelled) and time.monotonic() < deadline:
             time.sleep(0.1)
+
+
+def _move_removed(item: Item, root: Path, folder: Path, result: SweepResult, out: SweepOutput) -> bool:
+    """At an item's turn (what it needs has succeeded): the outputs of removed runs out of its directory deps, into
+    ``.empriv/removed/<this sweep>/`` (removed.py), in one line; False (the item failed) when a move fails."""
+    dest = root / REMOVED_DIR / folder.name
+    try:
+        moved = move_removed(root, item.removed, dest, item.deps)
+    except OSError as err:
+        result.failed[item.address] = f"could not move the outputs of removed runs out of its inputs: {err}"
+        out.say(f"failed {item.address}: {result.failed[item.address]}")
+        return False
+    if moved:
+        result.moved += moved
+        directories = sorted({_rel(d, root) for d in item.deps for p in item.removed if p.startswith(d + os.sep)})
+        out.say(moved_line(moved, directories, item.address, _rel(dest, root)))
+        if len(moved) > 4:  # every path in the log
+            out.note(moved_line(moved, directories, item.address, _rel(dest, root), shown=None))
+    return True
 
 
 def _say_stopped(echo: Callable[[str], None], stopped: list[str], whose: str) -> None:
