@@ -163,6 +163,17 @@ def test_a_removed_value_s_outputs_leave_the_directories_read_and_come_back_from
                                                        "analysis.txt": _read(project, "analysis.txt")} == before
     assert not (project / ".empriv" / "removed").exists()
 
+    # a dry run says what would move, and moves nothing
+    _write_params(project, {**PARAMS, "cube": {"x": [1, 2]}, "sweep": SWEEP})
+    dry = _sweep(project, "--engine", "local", "--all", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    would = [line for line in dry.stdout.splitlines() if line.startswith("would move")]
+    assert would == ["would move 1 output(s) of runs dvc.yaml no longer has out of the directories total reads, to "
+                     ".empriv/removed/<sweep>/: runs/train-3.txt",
+                     "would move 1 output(s) of runs dvc.yaml no longer has out of the directories analyze reads, to "
+                     ".empriv/removed/<sweep>/: out/score-3.txt"], dry.stdout
+    assert (project / "runs" / "train-3.txt").exists() and not (project / ".empriv" / "removed").exists()
+
     removed = _run(project, [1, 2])
     assert removed.returncode == 0, removed.stdout + removed.stderr
     lines = MOVED.findall(removed.stdout)
