@@ -1,6 +1,7 @@
 """Benchmark: one training step, non-private vs empriv's DP steps vs opacus' DP steps, on the same model and batch.
 
 Run:  OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py [--repeats 7] [--steps 2] [--smollm]
+      OMP_NUM_THREADS=1 nice python benchmarks/dp_step.py --shape all --json benchmarks/results/dp_step_gpt2s.json
 
 - non-private: ``empriv.train.dp.dp_finetune`` with ``noise_multiplier=None`` (plain autograd on the mean loss);
 - np-trim: the same non-private step on the fast step's micro-batches (records sorted by length, padding trimmed),
@@ -30,6 +31,20 @@ ratio to the trimmed non-private step, and its ratio to opacus stock and ghost; 
 the goal is met on the CPU clock by both the training loop's step and the fast step alone. The allocator is set as
 the stage processes set it (``--malloc tuned``, :mod:`empriv.infra.allocator`); ``--malloc default`` keeps glibc's
 defaults, under which every side faults its large tensors in again each step (the runs before 2026-11-28).
+
+``--shape gpt2-small`` (issue 45; ``--shape all`` runs the tiny shape first and judges both): GPT-2-small's shape
+(12 layers × 768, vocabulary 50,257, tied embeddings, random init from a ``GPT2Config``, no download), 8 records
+that fill a 128-token window, one micro-batch of 8, q = 1, full fine-tuning and LoRA. Variants: the non-private
+step and empriv's DP step (both ``dp_finetune``, as above), opacus hooks, opacus ghost clipping (full fine-tuning:
+the LM head untied, since opacus refuses tied trainable weights; opacus gets contiguous position ids, its
+embedding grad sampler cannot view expanded ones). Every variant runs in a process of its own (``--child``), so its
+peak memory is its own: ``ru_maxrss`` of that process (torch allocates tensors in C++, which ``tracemalloc`` does not
+see). Time: the median over ``--gpt2s-steps`` timed steps after an untimed first (× ``--gpt2s-rounds`` processes),
+CPU and wall clock. Per-example memory: the non-private and DP variants run again at micro-batches of 4,
+(peak at 8 − peak at 4) / 4. The DP process also reports, for its first micro-batch, every trainable parameter's
+path in the fast step (materialised per-example gradient or ghost norm) and whether the operation count or the
+``max_explicit_elements`` cap decided it (the step's rule replayed and checked against the names it reports).
+``--json`` writes the figures; ``benchmarks/results/dp_step_gpt2s.json`` is what ``empriv study plan`` reads.
 """
 
 from __future__ import annotations
@@ -65,6 +80,10 @@ class StepClock:
         (w0, c0), (w1, c1) = self.stamps[0], self.stamps[-1]
         k = len(self.stamps) - 1
         return (w1 - w0) / k, (c1 - c0) / k
+
+    def steps(self) -> list[tuple[float, float]]:
+        """(wall, cpu) seconds of every step after the first."""
+        return [(w1 - w0, c1 - c0) for (w0, c0), (w1, c1) in zip(self.stamps, self.stamps[1:])]
 
 
 def tiny_gpt2():
@@ -113,21 +132,21 @@ def batch(n: int, vocab: int):
     return encode_fixed(lists, vocab - 1, SEQ_LEN)
 
 
-def time_empriv(make, method, ids, mask, steps, micro, sigma) -> float:
+def time_empriv(make, method, ids, mask, steps, micro, sigma, clock=None) -> float:
     from empriv.config import RunConfig
     from empriv.train.dp import dp_finetune
 
     params = params_for(method, micro)
     model = prepared(make, method, params)
     run = RunConfig(8.0 if sigma is not None else float("inf"), ids.shape[0], steps + 1, 0.001, 0, method=method)
-    clock = StepClock()
+    clock = StepClock() if clock is None else clock
     res = dp_finetune(model, ids, mask, run=run, noise_multiplier=sigma, params=params, device=torch.device("cpu"),
                       on_step=clock)
     assert res.batch_sizes == [ids.shape[0]] * (steps + 1), res.batch_sizes
     return clock.per_step()
 
 
-def time_opacus(make, method, ids, mask, steps, micro) -> float:
+def time_opacus(make, method, ids, mask, steps, micro, clock=None) -> float:
     from opacus import PrivacyEngine
     from opacus.utils.batch_memory_manager import BatchMemoryManager
     from torch.utils.data import DataLoader, TensorDataset
@@ -141,7 +160,7 @@ def time_opacus(make, method, ids, mask, steps, micro) -> float:
     engine = PrivacyEngine(accountant="prv")
     model, optimizer, loader = engine.make_private(module=model, optimizer=optimizer, data_loader=loader,
                                                    noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False)
-    clock = StepClock()
+    clock = StepClock() if clock is None else clock
     for _ in range(steps + 1):
         with BatchMemoryManager(data_loader=loader, max_physical_batch_size=micro, optimizer=optimizer) as mem:
             for x, m in mem:
@@ -207,14 +226,14 @@ def make_ghost(make, method, ids, mask, micro):
     return model, optimizer, loader
 
 
-def time_opacus_ghost(make, method, ids, mask, steps, micro) -> float:
+def time_opacus_ghost(make, method, ids, mask, steps, micro, clock=None) -> float:
     from opacus.utils.batch_memory_manager import BatchMemoryManager
     from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 
     from empriv.models.lm import per_sample_mean_nll
 
     model, optimizer, loader = make_ghost(make, method, ids, mask, micro)
-    clock = StepClock()
+    clock = StepClock() if clock is None else clock
     for _ in range(steps + 1):
         with BatchMemoryManager(data_loader=loader, max_physical_batch_size=micro, optimizer=optimizer) as mem:
             for x, m in mem:
@@ -242,11 +261,277 @@ def ghost_norm_error(make, method, ids, mask) -> float:
     return float(((ghost - exact).abs() / exact).max())
 
 
+# ----------------------------------------------------------------------------- --shape gpt2-small (issue 45)
+GPT2S_SEQ, GPT2S_MICRO, GPT2S_BATCH = 128, 8, 8
+GPT2S_GOAL = 1.15  # issue 45: empriv's DP step <= 1.15x the non-private step, at the tiny shape and at GPT-2-small
+GPT2S_VARIANTS = {"np": "non-private", "dp": "empriv DP", "opacus": "opacus hooks", "ghost": "opacus ghost"}
+# --gpt2s-alternatives: empriv's DP step with the per-parameter choice forced one way (is the default right at T 128?)
+GPT2S_ALTERNATIVES = {"dp_ghost": "empriv all-ghost", "dp_nocap": "empriv no cap"}
+GPT2S_JSON = "benchmarks/results/dp_step_gpt2s.json"
+
+
+def gpt2_small(tied: bool = True):
+    """GPT-2-small's shape (12 layers x 768, 12 heads, vocabulary 50,257, 1,024 positions: 124,439,808 parameters
+    tied), random init, no dropout (as the tiny shape); ``tied=False`` unties the LM head (opacus ghost clipping
+    refuses tied trainable weights)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=tied))
+
+
+def full_windows(n: int, vocab: int, seq: int):
+    """n records that fill the window (EOS + seq - 1 random tokens): no padding for the fast step to trim."""
+    from empriv.models.lm import encode_fixed
+
+    g = torch.Generator().manual_seed(0)
+    return encode_fixed([torch.randint(0, vocab - 1, (seq - 1,), generator=g).tolist() for _ in range(n)], vocab - 1,
+                        seq)
+
+
+def _contiguous_position_ids(ids: torch.Tensor) -> torch.Tensor:
+    # opacus' embedding grad sampler views the position ids: an expand()ed [1, L] -> [B, L] tensor fails with
+    # "view size is not compatible with input tensor's size and stride"
+    return torch.arange(ids.shape[1], device=ids.device).unsqueeze(0).expand_as(ids).contiguous()
+
+
+def record_layer_choices(into: list) -> None:
+    """Make the fast step's ``_clip_and_accumulate`` report, for its first micro-batch, every trainable parameter's
+    path (materialised per-example gradient or ghost norm) and what decided it: the same rule replayed
+    (``fast_dp._explicit_cheaper`` under the ``max_explicit_elements`` budget, in parameter order) and checked
+    against the names the step itself reports."""
+    from empriv.models import fast_dp
+
+    original = fast_dp._clip_and_accumulate
+
+    def wrapper(model, named, tape, batch, clip_norm, mode, cap, summed, explicit_names, ghost_names):
+        rows = []
+        if not into:
+            budget = cap
+            for name, p in named:
+                uses = tape.uses.get(id(p))
+                if not uses:
+                    continue
+                size = batch * p.numel()
+                ghostable = all(u[0] in ("lin", "emb") for u in uses)
+                cheaper = fast_dp._explicit_cheaper(uses, p.numel()) if ghostable else True
+                fits = size <= budget
+                if not ghostable:
+                    explicit, why = True, "no ghost form"
+                elif mode != "auto":
+                    explicit, why = mode == "explicit", f"mode {mode}"
+                else:
+                    explicit = fits and cheaper
+                    why = "op count" if explicit or not cheaper else "cap"
+                if explicit:
+                    budget -= size
+                rows.append({"param": name, "numel": p.numel(), "uses": [u[0] for u in uses],
+                             "tokens": int(uses[0][-1].shape[1]), "ghostable": ghostable,
+                             "op_count_prefers": "explicit" if cheaper else "ghost", "fits_cap": fits,
+                             "path": "explicit" if explicit else "ghost", "decided_by": why})
+        out = original(model, named, tape, batch, clip_norm, mode, cap, summed, explicit_names, ghost_names)
+        for row in rows:
+            actual = "explicit" if row["param"] in explicit_names else "ghost"
+            assert actual == row["path"], (row, actual)  # the replayed rule is the step's rule
+        into.extend(rows)
+        return out
+
+    fast_dp._clip_and_accumulate = wrapper
+
+
+def run_variant(method: str, variant: str, micro: int, steps: int) -> dict:
+    """One variant in this process (``--child``): per-step seconds after the first step, ru_maxrss."""
+    import functools
+    import resource
+
+    import opacus  # noqa: F401  every variant imports the same libraries before its baseline
+
+    from empriv.models.lm import encode_fixed  # noqa: F401
+
+    ids, mask = full_windows(GPT2S_BATCH, 50_257, GPT2S_SEQ)
+    baseline = _rss_mb()
+    tied = not (variant == "ghost" and method == "full")
+    make = functools.partial(gpt2_small, tied=tied)
+    choices: list = []
+    if variant in ("opacus", "ghost"):
+        import empriv.models.lm as lm
+
+        lm.position_ids_like = _contiguous_position_ids
+    if variant.startswith("dp"):
+        record_layer_choices(choices)
+    if variant in GPT2S_ALTERNATIVES:  # train.dp's step imports fast_dp_step from the module at every call
+        from empriv.models import fast_dp
+
+        forced = {"mode": "ghost"} if variant == "dp_ghost" else {"max_explicit_elements": 1 << 40}
+        fast_dp.fast_dp_step = functools.partial(fast_dp.fast_dp_step, **forced)
+    clock = StepClock()
+    if variant == "np" or variant.startswith("dp"):
+        time_empriv(make, method, ids, mask, steps, micro, None if variant == "np" else 1.0, clock)
+    elif variant == "opacus":
+        time_opacus(make, method, ids, mask, steps, micro, clock)
+    else:
+        time_opacus_ghost(make, method, ids, mask, steps, micro, clock)
+    if variant.startswith("dp") and not choices:
+        raise RuntimeError("empriv's DP step did not take the fast step (train.dp_step auto chose opacus)")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6  # Linux: KiB; MB = 10^6 bytes
+    return {"method": method, "variant": variant, "micro": micro, "tied": tied, "steps": clock.steps(),
+            "baseline_rss_mb": baseline, "peak_rss_mb": peak, "choices": choices}
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        import os
+
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def _child(method: str, variant: str, micro: int, steps: int, threads: int, malloc: str) -> dict:
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.run([sys.executable, __file__, "--shape", "gpt2-small", "--child", f"{method}:{variant}:{micro}",
+                           "--gpt2s-steps", str(steps), "--threads", str(threads), "--malloc", malloc],
+                          capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"{method} {variant} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _layer_table(choices: list[dict]) -> list[str]:
+    """One line per transformer block (the paths of its weights), the other weights one line each, the
+    parameters without a ghost form summed up."""
+    import re
+
+    code = {("explicit", "op count"): "E:ops", ("ghost", "cap"): "G:cap", ("ghost", "op count"): "G:ops"}
+    blocks, others, plain = {}, [], []
+    for c in choices:
+        if not c["ghostable"]:
+            plain.append(c)
+            continue
+        m = re.search(r"\.h\.(\d+)\.(.*)$", c["param"])
+        if m:
+            short = m.group(2).replace(".default", "").removesuffix(".weight")
+            blocks.setdefault(int(m.group(1)), {})[short] = c
+        else:
+            others.append(c)
+    lines = []
+    for c in others:
+        lines.append(f"  {c['param']} ({'+'.join(c['uses'])}, {c['numel']:,} weights, T {c['tokens']}): {c['path']}, "
+                     f"decided by the {c['decided_by']} (op count prefers {c['op_count_prefers']}, "
+                     f"{'fits' if c['fits_cap'] else 'over'} the cap)")
+    if blocks:
+        names = list(next(iter(blocks.values())))
+        width = max(len(n) for n in names) + 2
+        lines.append("  block " + "".join(f"{n:>{width}}" for n in names))
+        for i in sorted(blocks):
+            lines.append(f"  h.{i:<4}" + "".join(f"{code.get((blocks[i][n]['path'], blocks[i][n]['decided_by']), '?'):>{width}}"
+                                                   for n in names))
+    if plain:
+        lines.append(f"  {len(plain)} biases / LayerNorm parameters ({sum(c['numel'] for c in plain):,} weights): "
+                     "materialised (no ghost form)")
+    return lines
+
+
+def main_gpt2_small(args) -> tuple[list[str], dict]:
+    """Every variant in a process of its own, ``--repeats`` rounds; returns the verdict inputs and the JSON."""
+    import datetime
+    import subprocess
+
+    methods = ("full", "lora")
+    variants = {**GPT2S_VARIANTS, **(GPT2S_ALTERNATIVES if args.gpt2s_alternatives else {})}
+    per_round = [(m, v, GPT2S_MICRO) for m in methods for v in variants]
+    results: dict = {}
+    for r in range(args.gpt2s_rounds):
+        jobs = per_round + ([(m, v, GPT2S_MICRO // 2) for m in methods for v in ("np", "dp")] if r == 0 else [])
+        for method, variant, micro in jobs:
+            res = _child(method, variant, micro, args.gpt2s_steps if micro == GPT2S_MICRO else 1, args.threads, args.malloc)
+            results.setdefault((method, variant, micro), []).append(res)
+            print(f"# round {r + 1}: {method} {variant} micro-batch {micro}: cpu s/step "
+                  f"{' '.join(f'{c:.2f}' for _, c in res['steps'])}, peak RSS {res['peak_rss_mb']:.0f} MB",
+                  file=sys.stderr, flush=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out = {"shape": {"model": "gpt2-small", "layers": 12, "d_model": 768, "vocab": 50_257, "tied": True,
+                     "seq_len": GPT2S_SEQ, "batch": GPT2S_BATCH, "micro_batch": GPT2S_MICRO, "records": "full windows"},
+           "threads": args.threads, "steps": args.gpt2s_steps, "rounds": args.gpt2s_rounds, "allocator": args.malloc,
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,
+           "command": f"OMP_NUM_THREADS={args.threads} python benchmarks/dp_step.py --shape {args.shape} "
+                      f"--gpt2s-rounds {args.gpt2s_rounds} --gpt2s-steps {args.gpt2s_steps}"
+                      + (" --gpt2s-alternatives" if args.gpt2s_alternatives else ""),
+           "memory": "peak_rss_mb: ru_maxrss of the variant's own process (torch's tensors are malloc'd by C++: "
+                     "tracemalloc does not see them); per_example_mb = (peak at micro-batch 8 - peak at 4) / 4",
+           "goal": GPT2S_GOAL, "methods": {}}
+    print(f"gpt2-small: 12 layers x 768, vocabulary 50,257, tied embeddings (opacus ghost, full: untied LM head), random "
+          f"init; {GPT2S_BATCH} records filling {GPT2S_SEQ} tokens, micro-batch {GPT2S_MICRO}, q = 1, "
+          f"{args.threads} torch thread; every variant in a process of its own, {args.gpt2s_rounds} round(s) of "
+          f"{args.gpt2s_steps} timed steps after an untimed first; median s/step over all timed steps; peak memory = the "
+          f"process' ru_maxrss (median over rounds)")
+    print(f"{'model':11} {'method':6} {'variant':21} {'cpu s':>7} {'wall s':>7} {'peak MB':>8} {'above imports':>13} "
+          f"{'cpu/np':>6} {'wall/np':>7} {'mem/np':>6}")
+    verdict = []
+    for method in methods:
+        med = {}
+        for variant in variants:
+            rs = results[(method, variant, GPT2S_MICRO)]
+            med[variant] = {"cpu_s": statistics.median(c for r in rs for _, c in r["steps"]),
+                            "wall_s": statistics.median(w for r in rs for w, _ in r["steps"]),
+                            "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs),
+                            "above_imports_mb": statistics.median(r["peak_rss_mb"] - r["baseline_rss_mb"] for r in rs),
+                            "tied": rs[0]["tied"], "cpu_steps": [c for r in rs for _, c in r["steps"]]}
+        np_ = med["np"]
+        for variant, m in med.items():
+            m["cpu_over_np"] = m["cpu_s"] / np_["cpu_s"]
+            m["wall_over_np"] = m["wall_s"] / np_["wall_s"]
+            m["mem_over_np"] = m["peak_rss_mb"] / np_["peak_rss_mb"]
+            label = variants[variant] + ("" if m["tied"] else " (untied)")
+            print(f"{'gpt2-small':11} {method:6} {label[:21]:21} {m['cpu_s']:>7.2f} {m['wall_s']:>7.2f} "
+                  f"{m['peak_rss_mb']:>8.0f} {m['above_imports_mb']:>13.0f} {m['cpu_over_np']:>6.2f} "
+                  f"{m['wall_over_np']:>7.2f} {m['mem_over_np']:>6.2f}")
+        per_example = {v: (results[(method, v, GPT2S_MICRO)][0]["peak_rss_mb"]
+                           - results[(method, v, GPT2S_MICRO // 2)][0]["peak_rss_mb"]) / (GPT2S_MICRO // 2)
+                       for v in ("np", "dp")}
+        choices = results[(method, "dp", GPT2S_MICRO)][0]["choices"]
+        for variant in GPT2S_ALTERNATIVES:
+            if variant in med:
+                forced = results[(method, variant, GPT2S_MICRO)][0]["choices"]
+                med[variant]["paths"] = {p: sum(c["path"] == p for c in forced) for p in ("explicit", "ghost")}
+        out["methods"][method] = {"variants": med, "per_example_mb": per_example,
+                                  "dp_over_np_cpu": med["dp"]["cpu_over_np"],
+                                  "dp_over_np_memory": med["dp"]["mem_over_np"], "layer_choices": choices}
+        verdict.append((method, med["dp"]["cpu_over_np"]))
+        print(f"{'':11} {method:6} per example of the micro-batch (peak at 8 - peak at 4, / 4): non-private "
+              f"{per_example['np']:.0f} MB, empriv DP {per_example['dp']:.0f} MB")
+    for method in methods:
+        choices = out["methods"][method]["layer_choices"]
+        counts = {}
+        for c in choices:
+            counts[(c["path"], c["decided_by"])] = counts.get((c["path"], c["decided_by"]), 0) + 1
+        print(f"\nempriv's per-parameter path at this shape ({method}; first micro-batch of {GPT2S_MICRO}, T "
+              f"{choices[0]['tokens']}, cap max_explicit_elements = 2^25 per micro-batch): "
+              + ", ".join(f"{n} {p} ({d})" for (p, d), n in sorted(counts.items())))
+        print("  E:ops materialised, op count (fits the cap); G:cap ghost norm because of the cap (the op count "
+              "preferred materialising); G:ops ghost norm, op count")
+        for line in _layer_table(choices):
+            print(line)
+    return verdict, out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--shape", choices=("tiny", "gpt2-small", "all"), default="tiny",
+                        help="tiny: the default run's GPT-2 (2 x 64); gpt2-small: GPT-2-small's shape, every variant in "
+                        "a process of its own, with peak memory (issue 45); all: both, and the issue-45 verdict")
+    parser.add_argument("--repeats", type=int, default=7, help="tiny: interleaved runs")
+    parser.add_argument("--steps", type=int, default=2, help="tiny: timed steps per run")
+    parser.add_argument("--gpt2s-rounds", type=int, default=1, help="gpt2-small: processes per variant")
+    parser.add_argument("--gpt2s-steps", type=int, default=5, help="gpt2-small: timed steps per process")
+    parser.add_argument("--gpt2s-alternatives", action="store_true", help="gpt2-small: also empriv's DP step with "
+                        "ghost norms everywhere and with no memory cap (op count alone)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", default=None, help=f"gpt2-small: write the figures as JSON here (the committed "
+                        f"one: {GPT2S_JSON}, which empriv study plan reads)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # method:variant:micro, one process
     parser.add_argument("--smollm", action="store_true", help="also SmolLM2-135M (LoRA; slow on a CPU)")
     parser.add_argument("--malloc", choices=("tuned", "default"), default="tuned",
                         help="glibc's allocator as the stage processes set it (tuned, empriv.infra.allocator) or "
@@ -261,6 +546,37 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     torch.set_num_threads(args.threads)
+    if args.child:
+        import json
+
+        method, variant, micro = args.child.split(":")
+        print(json.dumps(run_variant(method, variant, int(micro), args.gpt2s_steps)))
+        return 0
+    verdicts = []
+    if args.shape != "gpt2-small":
+        verdicts = run_tiny(args, allocator)
+    if args.shape == "tiny":
+        return 0
+    gpt2s_verdict, figures = main_gpt2_small(args)
+    if args.json:
+        import json
+
+        tmp = f"{args.json}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(figures, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, args.json)
+    tiny = {method: loop for method, _, loop, _ in verdicts}
+    shapes = [*(f"tiny {m} {r:.2f}x" for m, r in tiny.items()), *(f"gpt2-small {m} {r:.2f}x" for m, r in gpt2s_verdict)]
+    worst = max([*tiny.values(), *(r for _, r in gpt2s_verdict)])
+    print(f"\ngoal (issue 45: empriv's DP step <= {GPT2S_GOAL:.2f}x the non-private step at "
+          f"{'both shapes' if tiny else 'gpt2-small (run --shape all for both)'}, cpu clock): "
+          f"{'met' if worst <= GPT2S_GOAL else 'NOT met'} ({', '.join(shapes)})")
+    return 0
+
+
+def run_tiny(args, allocator) -> list:
+    """The tiny shape (and --smollm): every variant in this process, interleaved; returns the issue-30 verdicts."""
     cases = [("tiny-gpt2", tiny_gpt2, "full", 64, 32), ("tiny-gpt2", tiny_gpt2, "lora", 64, 32)]
     if args.smollm:
         cases.append(("smollm2-135m", smollm2, "lora", 8, 8))
@@ -307,7 +623,7 @@ def main(argv=None) -> int:
         print(f"goal ({method}: empriv's DP step <= {goal:.2f}x the non-private step, cpu clock): "
               f"{'met' if ok else 'NOT met'} (training loop {loop:.2f}x, fast step alone {fast:.2f}x)")
     print("one run's ratios move by about +-4 % between runs on this machine: judge by the median of several runs")
-    return 0
+    return verdicts
 
 
 if __name__ == "__main__":
