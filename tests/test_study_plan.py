@@ -283,3 +283,99 @@ def test_docs_gpu_md_shows_the_plans_printed_at_this_commit():
         text = format_plan(plan_preset(name, ROOT))
         shown = [line for line in text.splitlines() if not line.startswith(("ESTIMATE", "assumptions", "measured here"))]
         assert "\n".join(shown) in doc, name
+
+
+# ----------------------------------------------------------------------------- figures from the benchmark results
+GPT2S_PRESET = "base:\n  name: openai-community/gpt2\n  seq_len: 128\nruntime:\n  precision: fp32\ncube:\n  method: [full, lora]\n"
+
+
+def _project(tmp_path: Path, dp: dict | None, acr: dict | None) -> Path:
+    """A project root with params.yaml, a GPT-2-small preset at seq_len 128 in fp32 (the benchmark's shape and
+    precision) and the given benchmark result files (None: absent)."""
+    (tmp_path / "presets").mkdir(exist_ok=True)
+    shutil.copyfile(ROOT / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "presets" / "gpt2s.yaml").write_text(GPT2S_PRESET)
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    for name, content in (("dp_step_gpt2s.json", dp), ("acr.json", acr)):
+        (results / name).unlink(missing_ok=True)
+        if content is not None:
+            (results / name).write_text(json.dumps(content))
+    return tmp_path
+
+
+def _dp_result(full: float, lora: float, mb_full: float, mb_lora: float) -> dict:
+    shape = {"model": "gpt2-small", "layers": 12, "d_model": 768, "heads": 12, "vocab": 50_257, "seq_len": 128}
+    return {"date": "test", "shape": shape,
+            "methods": {"full": {"dp_over_np_cpu": full, "per_example_mb": {"np": 1.0, "dp": mb_full}},
+                        "lora": {"dp_over_np_cpu": lora, "per_example_mb": {"np": 1.0, "dp": mb_lora}}}}
+
+
+def _acr_result(ratio: float) -> dict:
+    return {"ratio_sequences": ratio, "published_settings_values": {
+        "strategy": "published", "top_k": 250, "candidates": 100, "steps": 200, "step_growth": 1.2, "start_length": 5,
+        "grow": 5, "max_length": 30, "seeds": [0, 1, 2]}}
+
+
+def test_the_plan_takes_the_dp_overhead_and_per_example_memory_from_the_result_file(tmp_path):
+    from empriv.study_plan import read_measurements
+
+    root = _project(tmp_path, _dp_result(1.10, 1.02, 300.0, 150.0), _acr_result(13.2))
+    one = plan_preset("gpt2s", root)
+    assert one["dp_step"]["overhead"] == {"full": 1.10, "adapter": 1.02}
+    assert one["dp_step"]["source"] == "benchmarks/results/dp_step_gpt2s.json (test)"
+    # at the measured shape and precision the per-example memory is the measured one
+    assert one["memory"]["full"]["H100"]["per_example_gb"] == pytest.approx(0.300)
+    assert one["memory"]["lora"]["H100"]["per_example_gb"] == pytest.approx(0.150)
+    text_one = format_plan(one)
+    assert "x1.10 / x1.02 when private" in text_one and "+ 0.30 GB per example" in text_one
+    assert "300 / 150 MB per example" in text_one
+
+    _project(tmp_path, _dp_result(2.20, 1.50, 600.0, 75.0), _acr_result(13.2))  # other figures, same preset
+    two = plan_preset("gpt2s", root)
+    text_two = format_plan(two)
+    assert "x2.20 / x1.50 when private" in text_two and "+ 0.60 GB per example" in text_two
+    assert two["memory"]["lora"]["H100"]["per_example_gb"] == pytest.approx(0.075)
+    # the private runs' training FLOPs follow the overheads: recompute them from the run list
+    p = parse_params(resolve_preset("gpt2s", root))
+    size = model_size(p)
+    for measured, result in (((1.10, 1.02), one), ((2.20, 1.50), two)):
+        ov = {"full": measured[0], "adapter": measured[1]}
+        expected = sum(train_flops(p, size, r, ov) for r in p.runs()) / 1e15
+        assert result["table"][0]["stage"] == "train" and result["table"][0]["pflop"] == pytest.approx(expected)
+    assert two["table"][0]["pflop"] > one["table"][0]["pflop"]
+    # a bf16 plan of the same model scales the measurement by activations + logits (bf16 halves the activations)
+    m = read_measurements(root)
+    assert m.per_example_mb == {"full": 600.0, "adapter": 75.0} and m.reference["seq_len"] == 128
+    (root / "presets" / "gpt2s-bf16.yaml").write_text(GPT2S_PRESET.replace("fp32", "bf16"))
+    activations, logits = 12 * 128 * (34 * 768 + 5 * 12 * 128), 128 * 50_257 * 10
+    bf16 = plan_preset("gpt2s-bf16", root)["memory"]["full"]["H100"]["per_example_gb"]
+    assert bf16 == pytest.approx(0.600 * (activations + logits) / (2 * activations + logits))
+
+
+def test_the_plan_prices_acr_at_the_published_budget_and_at_the_measured_fast_saving(tmp_path):
+    root = _project(tmp_path, _dp_result(1.10, 1.02, 300.0, 150.0), _acr_result(2.0))
+    half = plan_preset("gpt2s", root)["acr_budgets"]
+    _project(tmp_path, _dp_result(1.10, 1.02, 300.0, 150.0), _acr_result(4.0))
+    p4 = plan_preset("gpt2s", root)
+    quarter = p4["acr_budgets"]
+    assert half["ratio_sequences"] == 2.0 and quarter["ratio_sequences"] == 4.0
+    assert half["published"] == quarter["published"]  # the published budget does not depend on the ratio
+    # everything but the searches is the same: the saving is the search cost times (1 - 1/ratio)
+    saved = {r: b["published"]["H100_h_total"] - b["fast"]["H100_h_total"] for r, b in ((2, half), (4, quarter))}
+    assert saved[4] / saved[2] == pytest.approx((1 - 1 / 4) / (1 - 1 / 2))
+    assert "4.0x fewer sequences scored" in format_plan(p4)
+
+
+def test_missing_result_files_are_a_logged_fallback(tmp_path, caplog):
+    root = _project(tmp_path, None, None)
+    with caplog.at_level("WARNING", logger="empriv.study_plan"):
+        p = plan_preset("gpt2s", root)
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "dp_step_gpt2s.json not found: using the fallback DP overheads x1.76 (full) / x1.01 (adapters)" in logged
+    assert "acr.json not found: using the fallback fast-search saving 13.2x" in logged
+    assert p["dp_step"]["overhead"] == DP_OVERHEAD and p["dp_step"]["source"].startswith("fallback")
+    assert p["acr_budgets"]["ratio_sequences"] == 13.2
+    assert "no DP-step measurement (fallback" in format_plan(p)
+    proc = run_cli("study", "plan", "gpt2s", "--root", str(root))  # the command says so on stderr
+    assert proc.returncode == 0 and "dp_step_gpt2s.json not found" in proc.stderr and "x1.76 / x1.01" in proc.stdout
