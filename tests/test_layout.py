@@ -51,6 +51,7 @@ COVERED_ELSEWHERE = {
     "empriv.infra.sweep.faults": ("tests/infra/test_sweep_faults.py", None),
     "empriv.infra.sweep.interrupts": ("tests/infra/test_sweep_faults.py", None),
     "empriv.infra.sweep.leftovers": ("tests/infra/test_sweep_leftovers.py", None),
+    "empriv.infra.sweep.removed": ("tests/reliability/test_sweep_removed_values.py", None),
     "empriv.infra.sweep.jobs": ("tests/infra/test_sweep.py", "empriv.infra.sweep"),
     "empriv.infra.sweep.lock": ("tests/infra/test_sweep_faults.py", "empriv.infra.sweep"),
     "empriv.infra.sweep.plan": ("tests/infra/test_sweep.py", "empriv.infra.sweep"),
