@@ -268,3 +268,21 @@ def test_a_declared_metrics_file_missing_or_unreadable_is_one_line_and_exit_2(tm
     proc = subprocess.run([str(VENV_BIN / "empriv"), "diff", "--root", str(repo)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_an_uncertainty_is_never_a_change_of_its_own_but_its_metric_still_is():
+    """Issue 42: the default's re-seeding moved `config_seed_ratio_se` 3.44 → 30 and `test_nll.se_seed` 0.0099 →
+    0.0019 — the σ of other rows, called changed. An `_se` beside its metric and `se`/`se_seed` beside `mean` are at
+    most within noise; a standard deviation that is a finding (`std_seeds`) and an `_se` with no metric beside it
+    are still judged."""
+    old = {"a.json": {"e": {"n_configs": 8, "config_seed_ratio": 2.0, "config_seed_ratio_se": 3.44, "std_seeds": 1.0,
+                            "orphan_se": 1.0},
+                      "nll": {"n": 8, "n_runs": 16, "mean": 1.0, "se_seed": 0.0099, "std": 0.1}}}
+    new = {"a.json": {"e": {"n_configs": 8, "config_seed_ratio": 2.1, "config_seed_ratio_se": 30.0, "std_seeds": 9.0,
+                            "orphan_se": 30.0},
+                      "nll": {"n": 8, "n_runs": 16, "mean": 1.5, "se_seed": 0.00189, "std": 0.1}}}
+    r = rows_by_key(compare(old, new))
+    assert r["e.config_seed_ratio_se"].verdict == "within noise" and r["nll.se_seed"].verdict == "within noise"
+    assert r["e.config_seed_ratio_se"].significance > 3  # still shown with its Δ/σ
+    assert r["nll.mean"].verdict == "changed"  # 0.5 against 3·√(0.0099² + 0.00189²)
+    assert r["e.std_seeds"].verdict == "changed" and r["e.orphan_se"].verdict == "changed"

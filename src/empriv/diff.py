@@ -10,7 +10,9 @@ and seed noise look like change. Here every metric gets the uncertainty :mod:`em
   other side's (a file written before its ``_se`` keys existed); a metric without one on either side (design
   counts, ε, the base model's utility, …) is changed when ``|Δ|`` exceeds the relative tolerance :data:`REL_TOL`
   alone, above the float drift that the written precision (4 significant digits) leaves;
-- **within noise**: every other pair of values;
+- **within noise**: every other pair of values, and every pair of an *uncertainty* (``<x>_se`` beside ``<x>``,
+  ``se``/``se_seed`` beside ``mean``): it is the σ that judges its metric, not a finding, and with two or three
+  seeds behind it it moves by a large factor when the seeds change (issue 42);
 - **new** / **gone**: a value only at REV_B / only at REV_A (a missing key or null on the other side).
 
 A p-value (``p_<x>`` beside ``rho_<x>``, ``<x>_p`` beside ``<x>``) takes the verdict of its statistic. Rows are
@@ -113,8 +115,17 @@ def _row(path: str, key: str, old: dict, new: dict, z: float, rel_tol: float) ->
         significance = abs(delta) / (threshold / z)
     else:
         significance = math.inf if delta else 0.0
-    verdict = "changed" if abs(delta) > threshold else "within noise"
+    verdict = "changed" if abs(delta) > threshold and not _is_uncertainty_of_another(old, new, key) else "within noise"
     return Row(path, key, a, b, delta, sigma, significance, verdict)
+
+
+def _is_uncertainty_of_another(old: dict[str, Any], new: dict[str, Any], key: str) -> bool:
+    """``…x_se`` beside ``…x``, ``…se``/``…se_seed`` beside ``…mean``: a row that is the σ of another row. It judges
+    that row and is never a finding of its own, so it is at most "within noise" (docs/sweeps.md)."""
+    parent, _, leaf = key.rpartition(".")
+    start = f"{parent}." if parent else ""
+    others = [leaf[:-3]] if leaf.endswith("_se") else ["mean"] if leaf in ("se", "se_seed") else []
+    return any(start + o in old or start + o in new for o in others)
 
 
 def compare(old_files: dict[str, dict], new_files: dict[str, dict], *, z: float = Z,

@@ -97,7 +97,10 @@ def test_config_table_has_one_flat_entry_per_configuration(runs):
     assert set(e) == {"exposure_gap_mean", "exposure_gap_mean_se", "test_nll", "test_nll_se"}
     seeds = runs.filter(pl.col("group") == "eps8-b64-T16-lr0.005")["exposure_gap_mean"]
     assert e["exposure_gap_mean"] == pytest.approx(seeds.mean())
-    assert e["exposure_gap_mean_se"] == pytest.approx(seeds.std() / math.sqrt(2))  # s/√k over its 2 seeds
+    eps8 = runs.filter(pl.col("epsilon") == 8.0).group_by("group").agg(pl.col("exposure_gap_mean").var().alias("v"))
+    pooled = math.sqrt(float(eps8["v"].mean()))  # every ε = 8 configuration has 2 seeds: Σ(k−1)s²/Σ(k−1) = mean s²
+    assert e["exposure_gap_mean_se"] == pytest.approx(pooled / math.sqrt(2))  # s_p/√k: fewer than 5 seeds
+    assert e["exposure_gap_mean_se"] != pytest.approx(seeds.std() / math.sqrt(2))  # not its own 1-df std
     assert "epsinf-b128-T32-lr0.01" in c
 
 
@@ -178,7 +181,7 @@ def test_analysis_metrics_carry_the_coefficients_standard_errors(runs):
 
 
 def test_a_configuration_with_one_seed_gets_the_pooled_seed_standard_deviation_of_its_epsilon(runs):
-    """configs.json `<score>_se`: s/√k over k ≥ 2 seeds; one seed: the pooled within-configuration seed std of that
+    """configs.json `<score>_se`: s_p/√k with fewer than 5 seeds, s_p the pooled within-configuration seed std of that
     score at that ε, √(Σ (k_j − 1) s_j² / Σ (k_j − 1)); a cube with one seed everywhere: null (no seed noise known)."""
     lone = "eps8-b64-T16-lr0.005"
     t = runs.filter(~((pl.col("group") == lone) & (pl.col("seed") == 1)))
@@ -187,9 +190,24 @@ def test_a_configuration_with_one_seed_gets_the_pooled_seed_standard_deviation_o
               .agg(pl.col("exposure_gap_mean").var().alias("v"), pl.len().alias("k")))
     pooled = math.sqrt(float((others["v"] * (others["k"] - 1)).sum() / (others["k"] - 1).sum()))
     assert c[lone]["exposure_gap_mean_se"] == pytest.approx(pooled) and pooled > 0
-    two = t.filter(pl.col("group") == "eps8-b128-T16-lr0.005")["exposure_gap_mean"]
-    assert c["eps8-b128-T16-lr0.005"]["exposure_gap_mean_se"] == pytest.approx(two.std() / math.sqrt(2))
+    # two seeds: the same pooled std over √2 (its own std has one degree of freedom)
+    assert c["eps8-b128-T16-lr0.005"]["exposure_gap_mean_se"] == pytest.approx(pooled / math.sqrt(2))
     # acr_mean has a value on seed 0 only (the constructed table): one seed everywhere, so no seed noise is known
     assert config_metrics(runs, "acr_mean", "test_nll")[lone]["acr_mean_se"] is None
     single = config_metrics(runs.filter(pl.col("seed") == 0), "exposure_gap_mean", "test_nll")
     assert all(e["exposure_gap_mean_se"] is None and e["test_nll_se"] is None for e in single.values())
+
+
+def test_five_seeds_or_more_use_the_configurations_own_seed_std_and_fewer_the_pooled_one():
+    """seed_standard_errors on a hand-made configuration table: at ε = 8, configurations with 2, 3 and 6 seeds; the
+    one with 6 keeps s/√6 of its own seeds, the others get s_p/√k with s_p pooled over all three (weights k − 1)."""
+    from empriv.analysis.metrics import OWN_SEED_STD_FROM, seed_standard_errors
+
+    t = pl.DataFrame({"epsilon": [8.0, 8.0, 8.0, 2.0],
+                      "x__seed_std": [0.1, 0.4, 1.0, None], "x__n_seeds": [2, 3, 6, 1]})
+    pooled = math.sqrt((1 * 0.1**2 + 2 * 0.4**2 + 5 * 1.0**2) / (1 + 2 + 5))
+    se = seed_standard_errors(t, "x")
+    assert OWN_SEED_STD_FROM == 5
+    assert se[0] == pytest.approx(pooled / math.sqrt(2)) and se[1] == pytest.approx(pooled / math.sqrt(3))
+    assert se[2] == pytest.approx(1.0 / math.sqrt(6))
+    assert se[3] is None  # ε = 2 has no configuration with two seeds: no seed noise known

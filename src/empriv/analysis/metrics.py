@@ -172,13 +172,19 @@ def config_metrics(table, primary: str | None, utility: str) -> dict:
     return out
 
 
+OWN_SEED_STD_FROM = 5  # a configuration with this many seeds or more gets s/√k from its own seeds (issue 42)
+
+
 def seed_standard_errors(configs, column: str) -> list[float | None]:
-    """Per row of a :func:`empriv.analysis.table.config_table`: the standard error of its seed mean of ``column``,
-    s/√k over its k ≥ 2 seeds with a value (s their standard deviation). A configuration with one seed gets the
-    pooled within-configuration seed standard deviation of ``column`` at its ε, √(Σ (k_j − 1) s_j² / Σ (k_j − 1))
-    over the configurations of that ε with two or more seeds (what a second seed would have told); null when no
-    configuration at that ε has two seeds (then nothing in the cube says how much a seed moves it) or the row has
-    no value."""
+    """Per row of a :func:`empriv.analysis.table.config_table`: the standard error of its seed mean of ``column``.
+    The seed standard deviation behind it is the configuration's own, s, when it has k ≥ :data:`OWN_SEED_STD_FROM`
+    seeds with a value; with fewer it is the pooled within-configuration seed standard deviation of ``column`` at its
+    ε, s_p = √(Σ (k_j − 1) s_j² / Σ (k_j − 1)) over the configurations of that ε with two or more seeds. Either way
+    the standard error is s/√k. Why pooled below five: s from two seeds has one degree of freedom — a re-seeding
+    that draws two close values makes it tiny and calls the configuration's next value many σ away (15.8σ for a
+    0.043 move of a test NLL in the default's re-seeding); s_p has the ε group's Σ (k_j − 1) degrees of freedom.
+    Null when no configuration at that ε has two seeds (nothing in the cube says how much a seed moves it) or the
+    row has no value."""
     import polars as pl
 
     std_col, n_col = f"{column}__seed_std", f"{column}__n_seeds"
@@ -195,10 +201,10 @@ def seed_standard_errors(configs, column: str) -> list[float | None]:
     for eps, s, k in rows:
         if not k:
             out.append(None)
-        elif k >= 2 and s is not None:
+        elif k >= OWN_SEED_STD_FROM and s is not None:
             out.append(s / math.sqrt(k))
         elif eps in pooled and pooled[eps][1] > 0:
-            out.append(math.sqrt(pooled[eps][0] / pooled[eps][1]))
+            out.append(math.sqrt(pooled[eps][0] / pooled[eps][1]) / math.sqrt(k))
         else:
             out.append(None)
     return out
