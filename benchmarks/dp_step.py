@@ -452,7 +452,7 @@ def main_gpt2_small(args) -> tuple[list[str], dict]:
                   f"{' '.join(f'{c:.2f}' for _, c in res['steps'])}, peak RSS {res['peak_rss_mb']:.0f} MB",
                   file=sys.stderr, flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    out = {"shape": {"model": "gpt2-small", "layers": 12, "d_model": 768, "vocab": 50_257, "tied": True,
+    out = {"shape": {"model": "gpt2-small", "layers": 12, "d_model": 768, "heads": 12, "vocab": 50_257, "tied": True,
                      "seq_len": GPT2S_SEQ, "batch": GPT2S_BATCH, "micro_batch": GPT2S_MICRO, "records": "full windows"},
            "threads": args.threads, "steps": args.gpt2s_steps, "rounds": args.gpt2s_rounds, "allocator": args.malloc,
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit,

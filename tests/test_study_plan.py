@@ -379,3 +379,20 @@ def test_missing_result_files_are_a_logged_fallback(tmp_path, caplog):
     assert "no DP-step measurement (fallback" in format_plan(p)
     proc = run_cli("study", "plan", "gpt2s", "--root", str(root))  # the command says so on stderr
     assert proc.returncode == 0 and "dp_step_gpt2s.json not found" in proc.stderr and "x1.76 / x1.01" in proc.stdout
+
+
+def test_the_committed_benchmark_results_are_what_the_plan_uses():
+    """One source of truth: the figures `empriv study plan` prints are those of the committed result files."""
+    dp = json.loads((ROOT / "benchmarks" / "results" / "dp_step_gpt2s.json").read_text())
+    acr = json.loads((ROOT / "benchmarks" / "results" / "acr.json").read_text())
+    p = plan_preset("ci-small", ROOT)
+    m = dp["methods"]
+    assert p["dp_step"]["overhead"] == {"full": m["full"]["dp_over_np_cpu"], "adapter": m["lora"]["dp_over_np_cpu"]}
+    assert p["dp_step"]["per_example_mb"] == {"full": m["full"]["per_example_mb"]["dp"],
+                                              "adapter": m["lora"]["per_example_mb"]["dp"]}
+    assert p["acr_budgets"]["ratio_sequences"] == acr["ratio_sequences"]
+    # the text result of the same run quotes the same ratios
+    text = (ROOT / "benchmarks" / "results" / "dp_step.txt").read_text()
+    for method in ("full", "lora"):
+        row = next(line.split() for line in text.splitlines() if line.startswith(f"gpt2-small  {method}   empriv DP"))
+        assert float(row[-3]) == round(m[method]["dp_over_np_cpu"], 2)
