@@ -20,6 +20,7 @@ CPU-s estimated, 6,200 measured: docs/timing.md): read it as an order of magnitu
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 
@@ -45,10 +46,15 @@ def wall_time_estimate(params: Params) -> tuple[float, int] | None:
 
     if sum(run_counts(params)) > PLAN_LIMIT:
         return None
+    quiet = logging.getLogger("empriv.study_plan")  # a missing benchmark file is the plan's warning, not validate's:
+    level = quiet.level                              # validate's size line stays one line (its fallback is fine here)
+    quiet.setLevel(logging.ERROR)
     try:
         cpu_seconds = plan(params)["cpu"]["study_cpu_years"] * 365 * 24 * 3600
     except ConfigError:  # no parameter count for this base
         return None
+    finally:
+        quiet.setLevel(level)
     slots = max(1, min(params.sweep.jobs, os.cpu_count() or 1))
     return cpu_seconds / slots, slots
 
