@@ -289,8 +289,8 @@ def test_acr_search_settings_come_from_acr_params_only():
 
     assert issubclass(ACRParams, ACRSearchParams)
     assert set(SEARCH_FIELDS) == set(ACRSearchParams.model_fields) < set(ACRParams.model_fields)
-    assert set(ACRParams.model_fields) - set(SEARCH_FIELDS) == {"enabled", "training_seeds", "epsilons", "max_secrets",
-                                                                "rare_frequency"}
+    assert set(ACRParams.model_fields) - set(SEARCH_FIELDS) == {"budget", "enabled", "training_seeds", "epsilons",
+                                                                "max_secrets", "rare_frequency"}
     defaults = ACRParams()
     assert ACRSearchParams() == settings_from_params(defaults) == defaults.search
     assert type(settings_from_params(defaults)) is ACRSearchParams
@@ -303,7 +303,7 @@ def test_acr_search_settings_come_from_acr_params_only():
     full = settings_from_params({**changed, "max_secrets": 3, "enabled": False, "rare_frequency": 0.2})  # the section's own keys are not the search's
     assert full.seeds == [4, 5] and full.strategy == "published" and not hasattr(full, "max_secrets")
     assert not hasattr(full, "rare_frequency")  # how searches are reported, not how they run
-    for key in SEARCH_FIELDS:  # a key deleted from params gets ACRParams' documented default, never another budget
+    for key in SEARCH_FIELDS:  # a key deleted from params gets the budget's value ("full" when none is named)
         partial = settings_from_params({k: v for k, v in changed.items() if k != key})
         assert getattr(partial, key) == getattr(defaults, key), key
         assert all(getattr(partial, k) == getattr(full, k) for k in SEARCH_FIELDS if k != key)
@@ -634,3 +634,38 @@ def test_the_acr_record_holds_every_search_setting():
     assert set(SEARCH_FIELDS) <= set(record) and record["ran"] is False and "why_not" in record
     assert record["rare_frequency"] == 0.01  # the split the run's ACR aggregates use, recorded beside the settings
     assert record["give_up"] == [[10, 4]] and record["race_steps"] == 7 and record["seeds"] == [3]
+
+
+def test_an_acr_budget_names_a_bundle_and_a_key_set_beside_it_overrides_it():
+    """score.acr.budget (issue 45): quick | cpu | full | published, each a bundle of the search keys; "full" is the
+    field defaults; params.yaml's "cpu" resolves to the knobs params.yaml spelled out before the budget existed."""
+    from empriv.config.scoring import ACR_BUDGETS
+    from empriv.score.acr import SEARCH_FIELDS, settings_from_params
+
+    assert set(ACR_BUDGETS) == {"quick", "cpu", "full", "published"}
+    assert all(set(b) <= set(SEARCH_FIELDS) for b in ACR_BUDGETS.values())
+    assert settings_from_params({"budget": "full"}) == settings_from_params({}) == ACRParams().search
+    cpu = settings_from_params({"budget": "cpu"})
+    spelled_out = {"strategy": "fast", "top_k": 128, "candidates": 64, "steps": 40, "step_growth": 1.2,
+                   "start_length": 5, "grow": 5, "max_length": 30, "seeds": [0], "patience": 10,
+                   "patience_tolerance": 0.02, "fast_candidates": 32, "fast_top_k": None, "race_steps": 30,
+                   "give_up": [], "keep": "loss", "wrong_weight": 0, "skip": 0}  # params.yaml at e15e48f
+    assert cpu == settings_from_params(spelled_out)
+    published = settings_from_params({"budget": "published"})
+    assert (published.strategy, published.top_k, published.candidates, published.steps, published.seeds,
+            published.max_length) == ("published", 250, 100, 200, [0, 1, 2], 30)
+    quick = settings_from_params({"budget": "quick"})
+    assert quick.steps < cpu.steps and quick.max_length < cpu.max_length
+    mixed = settings_from_params({"budget": "cpu", "steps": 12, "seeds": [0, 1]})
+    assert (mixed.steps, mixed.seeds, mixed.top_k) == (12, [0, 1], 128)  # the keys set win, the rest is the budget's
+    assert settings_from_params({"budget": "published", "strategy": "fast"}).strategy == "fast"
+    with pytest.raises(ConfigError, match=r"score\.acr\.budget: not an allowed value \(got 'fastest'; allowed: one of "
+                                          r"'quick', 'cpu', 'full', 'published'\)"):
+        settings_from_params({"budget": "fastest"})
+
+
+def test_the_default_params_name_the_cpu_budget_and_set_no_search_key():
+    acr = yaml.safe_load((ROOT / "params.yaml").read_text())["score"]["acr"]
+    assert acr["budget"] == "cpu"
+    from empriv.score.acr import SEARCH_FIELDS
+    assert not set(acr) & set(SEARCH_FIELDS)  # a search key here would silently override the budget

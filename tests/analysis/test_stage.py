@@ -10,7 +10,9 @@ import polars as pl
 import pytest
 from analysis_tables import make_run_table
 
-from empriv.analysis.stage import compute_analysis, format_analysis
+from empriv.analysis.stage import compute_analysis, format_analysis, primary_score
+from empriv.analysis.table import config_table
+from empriv.config import ConfigError, parse_params
 
 SCORES = ["acr_mean", "air_mean", "exposure_gap_mean", "exposure_gap_worst", "vmr_mean"]
 
@@ -282,3 +284,28 @@ def test_correlations_use_audit_outcomes_not_audit_settings(runs):
     pairs = a["correlations"]["8"]
     assert "audit_eps_lb_95~exposure_gap_mean" in pairs and pairs["audit_eps_lb_95~exposure_gap_mean"]["n"] == 8
     assert not any("audit_delta" in k or "audit_n_canaries" in k for k in pairs)
+
+
+# --------------------------------------------------------------------------- analyze.primary_score (issue 42)
+def test_a_pinned_primary_score_is_used_even_when_an_earlier_score_varies(runs):
+    scores = ["exposure_gap_mean", "vmr_mean"]
+    assert primary_score(config_table(runs, scores), scores) == "exposure_gap_mean"
+    free, _ = compute_analysis(runs, privacy_scores=scores, monte_carlo_trials=0)
+    pinned, _ = compute_analysis(runs, privacy_scores=scores, monte_carlo_trials=0, primary="vmr_mean")
+    assert free["primary_score"] == "exposure_gap_mean" and pinned["primary_score"] == "vmr_mean"
+    assert pinned["table8"] != free["table8"]
+
+
+def test_a_pinned_score_without_values_leaves_no_primary_and_says_so(runs):
+    a, _ = compute_analysis(runs, privacy_scores=["exposure_gap_mean"], monte_carlo_trials=0, primary="vmr_max")
+    assert a["primary_score"] is None
+    assert any("primary score vmr_max (analyze.primary_score) has no value" in n for n in a["notes"])
+
+
+def test_the_pinned_score_must_be_a_privacy_score_of_the_analysis():
+    cube = {"epsilon": [8], "batch_size": [8], "steps": [1], "learning_rate": [0.01], "seed": [0]}
+    ok = parse_params({"cube": cube, "analyze": {"primary_score": "acr_mean"}})
+    assert ok.analyze.primary_score == "acr_mean"
+    with pytest.raises(ConfigError, match=r"analyze\.primary_score: must be one of analyze\.privacy_scores; did you "
+                                          r"mean 'acr_mean'\? \(got 'acr_men'"):
+        parse_params({"cube": cube, "analyze": {"primary_score": "acr_men"}})

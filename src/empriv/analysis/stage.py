@@ -71,7 +71,7 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
                      retention_fraction: float = 0.9, monte_carlo_trials: int = 5000, seed: int = 0,
                      group_by: tuple[str, ...] = ("epsilon",),
                      audit_outside_cube: list[str] | None = None,
-                     bootstrap_replicates: int = 0) -> tuple[dict, object]:
+                     bootstrap_replicates: int = 0, primary: str | None = None) -> tuple[dict, object]:
     """Every statistic of the report from the run table (pure computation). Returns (analysis, retained configurations).
 
     Scores in ``privacy_scores`` that are absent or have no value are skipped and named in ``notes``.
@@ -183,20 +183,26 @@ def compute_analysis(table, *, privacy_scores: list[str], utility: str = "test_n
                 "risks": selection_risks(p, s, utility, trials=monte_carlo_trials, seed=seed),
             }
     correlations = spearman_correlations(configs, audit + scores + [utility])
-    primary = primary_score(configs, scores)
-    if primary is not None and primary != scores[0]:
-        before = scores[: scores.index(primary)]
-        finite_cfg = configs.filter(pl.col("epsilon").is_finite())
-        empty = [s for s in before if finite_cfg[s].cast(pl.Float64).fill_nan(None).drop_nulls().len() == 0]
-        flat = [s for s in before if s not in empty]
-        why = []
-        if empty:
-            why.append(f"{', '.join(empty)} {'has' if len(empty) == 1 else 'have'} no value at any finite ε")
-        if flat:
-            why.append(f"{', '.join(flat)} {'takes' if len(flat) == 1 else 'take'} one value across the configurations "
-                       "of every finite ε")
-        notes.append(f"primary score {primary}: {'; '.join(why)} (nothing to rank or select on), so the figures use "
-                     f"{primary}")
+    if primary is not None:  # analyze.primary_score pins it
+        if primary not in scores:
+            notes.append(f"primary score {primary} (analyze.primary_score) has no value in this run table: "
+                         "no figure has a primary score")
+            primary = None
+    else:
+        primary = primary_score(configs, scores)
+        if primary is not None and primary != scores[0]:
+            before = scores[: scores.index(primary)]
+            finite_cfg = configs.filter(pl.col("epsilon").is_finite())
+            empty = [s for s in before if finite_cfg[s].cast(pl.Float64).fill_nan(None).drop_nulls().len() == 0]
+            flat = [s for s in before if s not in empty]
+            why = []
+            if empty:
+                why.append(f"{', '.join(empty)} {'has' if len(empty) == 1 else 'have'} no value at any finite ε")
+            if flat:
+                why.append(f"{', '.join(flat)} {'takes' if len(flat) == 1 else 'take'} one value across the configurations "
+                           "of every finite ε")
+            notes.append(f"primary score {primary}: {'; '.join(why)} (nothing to rank or select on), so the figures use "
+                         f"{primary}")
 
     spread_columns = [c for c in dict.fromkeys(scores + [utility] + [c for c in EPS_HAT_COLUMNS
                                                                       if c in every_method.columns])]

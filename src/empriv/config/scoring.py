@@ -76,11 +76,31 @@ class ACRSearchParams(_Section):
         return self
 
 
+# ``score.acr.budget``: named bundles of the search keys. A key the section sets itself overrides its budget's value;
+# the record of a score run keeps every resolved key, not the budget's name. "full" is the field defaults above.
+ACR_BUDGETS: dict[str, dict[str, Any]] = {
+    # the research's procedure exactly (MiniPrompt's GCG schedule; ~13x the sequences of "full", benchmarks/acr.py)
+    "published": {"strategy": "published", "top_k": 250, "candidates": 100, "steps": 200, "step_growth": 1.2,
+                  "start_length": 5, "grow": 5, "max_length": 30, "seeds": [0, 1, 2]},
+    # the fast strategy at full strength: the published lengths, steps and seeds, early give-ups
+    "full": {},
+    # the default run's CPU budget: one search seed, 40 steps at the first length, no early give-up
+    "cpu": {"top_k": 128, "candidates": 64, "steps": 40, "seeds": [0], "patience": 10, "fast_candidates": 32,
+            "fast_top_k": None, "give_up": [], "keep": "loss", "wrong_weight": 0.0, "skip": 0},
+    # a smoke test's budget: short prompts, few steps (a success here is real, a failure says little)
+    "quick": {"top_k": 64, "candidates": 32, "steps": 8, "seeds": [0], "max_length": 15, "patience": 10,
+              "fast_candidates": 32, "fast_top_k": None, "give_up": [], "keep": "loss", "wrong_weight": 0.0,
+              "skip": 0},
+}
+
+
 class ACRParams(ACRSearchParams):
     """Adversarial compression ratio (score/acr.py): which runs and secrets get it, the search budget
-    (:class:`ACRSearchParams`, whose keys this section shares) and which searched secrets are reported as rare
-    (``rare_frequency``, :func:`empriv.score.secret_frequency.is_rare_secret`)."""
+    (:class:`ACRSearchParams`, whose keys this section shares; ``budget`` names a bundle of them,
+    :data:`ACR_BUDGETS`, and a key set beside it overrides the bundle's value) and which searched secrets are
+    reported as rare (``rare_frequency``, :func:`empriv.score.secret_frequency.is_rare_secret`)."""
 
+    budget: Literal["quick", "cpu", "full", "published"] = "full"
     enabled: bool = True
     training_seeds: list[int] | None = [0]  # cube seeds whose runs get ACR (null: every run)
     epsilons: list[Epsilon] | None = None  # cube ε values whose runs get ACR (null: all); each in (0, EPSILON_MAX] or inf
@@ -89,6 +109,14 @@ class ACRParams(ACRSearchParams):
     # (its frequency) is *rare* and reported apart (acr_rare_*); the others, and a secret of unknown frequency, are
     # frequent (acr_n_searched, acr_success_rate, acr_mean …). Not a search setting: not in :attr:`search`.
     rare_frequency: float = Field(0.01, ge=0.0, lt=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _budget(cls, data: Any) -> Any:
+        """The budget's bundle under the keys the section sets (an unknown name is left to the field's check)."""
+        if isinstance(data, dict) and isinstance(data.get("budget"), str) and data["budget"] in ACR_BUDGETS:
+            return {**ACR_BUDGETS[data["budget"]], **data}
+        return data
 
     @field_validator("epsilons", mode="before")
     @classmethod
@@ -137,6 +165,10 @@ class AnalyzeParams(_Section):
     privacy_scores: list[str] = ["acr_success_rate", "acr_mean", "acr_max", "air_mean", "air_max", "exposure_gap_mean", "exposure_gap_worst",
                                  "vmr_mean", "vmr_worst", "vmr_max", "vmr_greedy_mean", "vmr_greedy_max"]
     utility: str = "test_nll"  # lower = better
+    # the score of the research's figures (Fig. 2, Table 8, Fig. 5); null: the first of privacy_scores whose
+    # configuration means differ at some finite ε (analysis.stage.primary_score). Pin it to compare runs whose
+    # first varying score differs (a re-seeded tiny cube), or to choose another score for the report.
+    primary_score: str | None = None
     retention_fraction: float = Field(0.9, ge=0, le=1)  # keep configurations with >= this share of the best utility gain
     base_utility: float | None = None  # null: records/base.json's test_nll
     monte_carlo_trials: int = Field(5000, ge=0)
@@ -151,6 +183,14 @@ class AnalyzeParams(_Section):
     @classmethod
     def _privacy_scores(cls, v: list[str]) -> list[str]:
         return _known_names(v, PRIVACY_SCORES, "not an empirical privacy score (higher = more memorised)")
+
+    @model_validator(mode="after")
+    def _primary(self) -> "AnalyzeParams":
+        if self.primary_score is not None and self.primary_score not in self.privacy_scores:
+            raise ParamError("must be one of analyze.privacy_scores" + _did_you_mean(self.primary_score,
+                                                                                    self.privacy_scores),
+                             self.primary_score, "null, or " + ", ".join(self.privacy_scores), key="primary_score")
+        return self
 
     @field_validator("utility")
     @classmethod

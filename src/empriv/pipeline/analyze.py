@@ -70,7 +70,8 @@ def main(params: Params) -> dict:
             base_utility=base, retention_fraction=ap.retention_fraction,
             monte_carlo_trials=ap.monte_carlo_trials, seed=ap.seed,
             audit_outside_cube=audit_runs_outside_cube(params, paths.AUDIT_METRICS_DIR, full),
-            bootstrap_replicates=BOOTSTRAP_REPLICATES)  # the derived statistics' standard errors (empriv diff's)
+            bootstrap_replicates=BOOTSTRAP_REPLICATES,  # the derived statistics' standard errors (empriv diff's)
+            primary=ap.primary_score)
         # the adaptation audit (adaptation_audit.cube; none in the default run): its runs' attacks, per dataset ×
         # method × ε
         adaptation = analyze_adaptation_audit(paths.ADAPTATION_AUDIT_DIR, out.file(paths.ADAPTATION_AUDIT_TABLE))
