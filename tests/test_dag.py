@@ -376,14 +376,16 @@ def test_privacy_and_data_know_nothing_of_training_or_scoring():
         if name.startswith(("empriv.privacy", "empriv.data", "empriv.config")):
             deps = ic.closure(name)
             assert not {m for m in deps if m.startswith(("empriv.train", "empriv.score", "empriv.audit"))}, name
-    # config (a package) is the bottom layer: its modules import each other, privacy_unit (the unit-spec grammar,
-    # pure Python) and data, nothing else of empriv
+    # config (a package) is the bottom layer: its modules import each other, the leaves privacy_unit (the unit-spec
+    # grammar, pure Python) and checks (the bad-input format and argument checks), and data, nothing else of empriv
+    leaves = ("empriv.privacy_unit", "empriv.checks")
     for name, _ in _library_modules():
         if name == "empriv.config" or name.startswith("empriv.config."):
-            assert not any(m.startswith("empriv.") and m != "empriv.privacy_unit"
+            assert not any(m.startswith("empriv.") and m not in leaves
                            and not m.startswith(("empriv.data", "empriv.config"))
                            for m in ic.direct_imports(name)), f"{name}: config is the bottom layer"
-    assert not any(m.startswith("empriv.") for m in ic.direct_imports("empriv.privacy_unit")), "privacy_unit is a leaf"
+    for leaf in leaves:
+        assert not any(m.startswith("empriv.") for m in ic.direct_imports(leaf)), f"{leaf} is a leaf"
 
 
 def test_the_inputs_fingerprint_changes_exactly_when_the_file_does(tmp_path):

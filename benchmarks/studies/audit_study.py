@@ -61,7 +61,7 @@ def main() -> int:
     from empriv.pipeline.common import load_texts
     from empriv.secrets.canaries import _generate_from_params
     from empriv.models.registry import load_model
-    from empriv.train.finetune import train_model
+    from empriv.train.finetune import TrainingRecords, TrainRequest, train_model
 
     torch.set_num_threads(args.threads)
     raw = read_yaml(ROOT / "params.yaml")
@@ -96,8 +96,9 @@ def main() -> int:
             for eps in epsilons:
                 run = RunConfig(eps, args.batch_size, args.steps, args.learning_rate, seed)
                 t = time.time()
-                model, tm = train_model(params, run, load_model("models/base"), train_ids, train_mask, canaries=cs,
-                                        tokenizer=tok, job_type="audit-study")
+                model, tm = train_model(TrainRequest(params, run, load_model("models/base"),
+                                                     TrainingRecords(train_ids, train_mask), canaries=cs, tokenizer=tok,
+                                                     job_type="audit-study"))
                 m, _ = audit_canaries(model, reference_model(load_model("models/base"), cs), cs, eos_id=tok.eos_id, seq_len=params.base.seq_len,
                                       delta=args.delta, tokenizer=tok, guesses=args.guesses)
                 row = {"design": design, "loss": loss, "secret_length": length, "seed": seed, "epsilon": "inf" if math.isinf(eps) else eps,

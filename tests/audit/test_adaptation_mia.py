@@ -116,12 +116,13 @@ def test_min_k_fixed_and_optimistic_over_the_grid():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"rmia_gamma": 0}, "rmia_gamma must be a finite number > 0, got 0"),
-    ({"rmia_alpha": 1.5}, r"rmia_alpha must be in \[0, 1\], got 1.5"),
-    ({"min_k": 0}, r"min_k must be in \(0, 1\], got 0"),
+    ({"rmia_gamma": 0}, r"rmia_gamma: out of range \(got 0; allowed: a finite number > 0\)"),
+    ({"rmia_alpha": 1.5}, r"rmia_alpha: out of range \(got 1.5; allowed: a finite number in \[0, 1\]\)"),
+    ({"min_k": 0}, r"min_k: out of range \(got 0; allowed: a finite number in \(0, 1\]\)"),
     ({"min_k_grid": ()}, "min_k_grid must hold at least one value, got"),
-    ({"rmia_gamma_grid": (1.0, -1.0)}, "rmia_gamma_grid entry must be a finite number > 0, got -1.0"),
-    ({"fpr_levels": (0.0,)}, r"fpr_levels entries must be in \(0, 1\), got 0.0"),
+    ({"rmia_gamma_grid": (1.0, -1.0)},
+     r"rmia_gamma_grid entry: out of range \(got -1.0; allowed: a finite number > 0\)"),
+    ({"fpr_levels": (0.0,)}, r"fpr_levels entry: out of range \(got 0.0; allowed: a finite number in \(0, 1\)\)"),
 ])
 def test_bad_hyperparameters_are_one_line_errors(kwargs, message):
     target = set_losses([1.0], [2.0], [1.5])
@@ -204,7 +205,7 @@ def test_encode_texts_cuts_trims_and_compresses_the_scored_window(study):
     with pytest.raises(ValueError, match=r"every sample of nonmembers needs at least one token after \[EOS\]"):
         ad.evaluate_adaptation_mias(study["base"], members=[short_text], nonmembers=[""], pretrained=study["base"],
                                     shadow=None, population=[short_text], tokenizer=tok, seq_len=SEQ)
-    with pytest.raises(ValueError, match="seq_len must be an integer >= 2, got 1"):
+    with pytest.raises(ValueError, match=r"seq_len: out of range \(got 1; allowed: an integer >= 2\)"):
         ad.encode_texts([short_text], tok, 1)
 
 

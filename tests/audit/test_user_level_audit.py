@@ -179,14 +179,14 @@ def test_one_record_per_unit_is_the_record_level_audit():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: canaries(k=0), "records_per_unit must be an integer >= 1, got 0"),
-    (lambda: canaries(m=1), r"n_units \(m, canary units\) must be an integer >= 2, got 1"),
+    (lambda: canaries(k=0), r"records_per_unit: out of range \(got 0; allowed: an integer >= 1\)"),
+    (lambda: canaries(m=1), r"n_units \(m, canary units\): out of range \(got 1; allowed: an integer >= 2\)"),
     (lambda: user_level_audit([1.0, 2.0], ["a", "a"], [True, True], guesses=1, delta=DELTA),
      r"record_units must name >= 2 canary units \(m\), got 1"),
     (lambda: user_level_audit([1.0, 2.0, 3.0, 4.0], "aabb", [1, 1, 0, 0], guesses=3, delta=DELTA),
-     r"guesses \(r\) must be an integer in \[1, m = 2\] \(the number of canary units\), got 3"),
+     r"guesses \(r, at most m canary units\): out of range \(got 3; allowed: an integer in \[1, 2\]\)"),
     (lambda: user_level_audit([1.0, 2.0, 3.0, 4.0], "aabb", [1, 1, 0, 0], guesses=0, delta=DELTA),
-     r"guesses \(r\) must be an integer in \[1, m = 2\]"),
+     r"guesses \(r, at most m canary units\): out of range \(got 0; allowed: an integer in \[1, 2\]\)"),
     (lambda: user_level_audit([1.0, 2.0, 3.0], "aabb", [1, 1, 0], guesses=1, delta=DELTA),
      "record_units has 4 entries but record_scores has 3"),
     (lambda: user_level_audit([1.0, 2.0, 3.0, 4.0], "aabb", [1, 1, 0], guesses=1, delta=DELTA),
@@ -198,7 +198,7 @@ def test_one_record_per_unit_is_the_record_level_audit():
     (lambda: user_level_audit([1.0, 2.0, 3.0, 4.0], "aabb", [1, 1, 0, 0], guesses=1, delta=DELTA, records_per_unit=3),
      "every unit has 2 records, but records_per_unit = 3"),
     (lambda: user_level_audit([1.0, 2.0, 3.0, 4.0], "aabb", [1, 1, 0, 0], guesses=1, delta=DELTA, records_per_unit=0),
-     "records_per_unit must be an integer >= 1, got 0"),
+     r"records_per_unit: out of range \(got 0; allowed: an integer >= 1\)"),
     (lambda: user_level_audit([1.0, 2.0, 3.0, 4.0], "aabb", [1, 1, 0, 0], guesses=1, delta=DELTA, aggregate="sum"),
      "aggregate must be one of mean, median, min, max, got 'sum'"),
     (lambda: user_level_audit([1.0, float("nan"), 3.0, 4.0], "aabb", [1, 1, 0, 0], guesses=1, delta=DELTA),

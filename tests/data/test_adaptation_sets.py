@@ -126,12 +126,14 @@ def test_check_disjoint_names_sets_never_texts():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"n_members": 0}, "n_members must be an integer >= 1, got 0"),
-    ({"n_population": 2.5}, "n_population must be an integer >= 1, got 2.5"),
-    ({"n_shadow": True}, "n_shadow must be an integer >= 1, got True"),
-    ({"n_probe_members": 500}, "n_probe_members must be <= the 200 distinct public texts, got 500"),
-    ({"ood_records_per_author": 21}, r"ood_records_per_author must be an integer in \[1, 20\]"),
-    ({"seed": "1"}, "seed must be an integer, got '1'"),
+    ({"n_members": 0}, r"n_members: out of range \(got 0; allowed: an integer >= 1\)"),
+    ({"n_population": 2.5}, r"n_population: not an integer \(got 2.5; allowed: an integer >= 1\)"),
+    ({"n_shadow": True}, r"n_shadow: not an integer \(got True; allowed: an integer >= 1\)"),
+    ({"n_probe_members": 500},
+     r"n_probe_members: more than the distinct public texts \(got 500; allowed: an integer in \[1, 200\]\)"),
+    ({"ood_records_per_author": 21}, r"ood_records_per_author \(a synthetic-tofu author has 20 records\): "
+                                     r"out of range \(got 21; allowed: an integer in \[1, 20\]\)"),
+    ({"seed": "1"}, r"seed: not an integer \(got '1'; allowed: an integer\)"),
     ({"n_members": 4000}, "the ood sets need 4075 synthetic-tofu authors but the generator has 3480"),
 ])
 def test_bad_input_is_a_one_line_error(public, change, message):

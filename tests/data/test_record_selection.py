@@ -131,8 +131,8 @@ def test_records_by_unit_feeds_select_k():
 
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(k=0), "k must be an integer >= 1, got 0"),
-    (dict(k=1.5), "k must be an integer >= 1, got 1.5"),
+    (dict(k=0), "k: out of range (got 0; allowed: an integer >= 1)"),
+    (dict(k=1.5), "k: not an integer (got 1.5; allowed: an integer >= 1)"),
     (dict(strategy="longst"), "did you mean 'longest'"),
     (dict(strategy="highest_ppl"), "strategy must be one of random, longest, shortest, highest_perplexity, lowest_perplexity"),
     (dict(strategy="highest_perplexity", scores=None), "needs scores"),
@@ -203,7 +203,7 @@ def test_random_chunk_of_a_short_unit_is_padded_and_masked_by_encode_fixed():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: random_chunk(RECORDS, 0, random.Random(0)), "window must be an integer >= 1, got 0"),
+    (lambda: random_chunk(RECORDS, 0, random.Random(0)), "window: out of range (got 0; allowed: an integer >= 1"),
     (lambda: random_chunk([[], []], 4, random.Random(0)), "token stream is empty"),
     (lambda: random_chunk([], 4, random.Random(0)), "record_tokens must be a non-empty sequence"),
     (lambda: random_chunk(RECORDS, 4, 0), "rng must be"),
@@ -282,7 +282,7 @@ def test_synthetic_units_deterministic_and_complete():
     assert len(tiny) == 3 and all(u.startswith("user") for u in tiny)
     capped = unit_id_statistics(synthetic_unit_ids(20_000, seed=0, max_records_per_unit=50))
     assert capped["records_per_unit_max"] <= 50
-    with pytest.raises(ValueError, match="n_records must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"n_records: out of range \(got 0; allowed: an integer >= 1\)"):
         synthetic_unit_ids(0, seed=0)
-    with pytest.raises(ValueError, match="max_records_per_unit must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"max_records_per_unit: out of range \(got 0; allowed: an integer >= 1\)"):
         synthetic_unit_ids(10, seed=0, max_records_per_unit=0)

@@ -61,7 +61,7 @@ def test_max_ngram_repetition():
     assert max_ngram_repetition(f"{block} middle {block}") == 2
     assert max_ngram_repetition(f"{block} {block} {block}") == 3
     assert max_ngram_repetition("a b a b", n=2) == 2
-    with pytest.raises(ValueError, match="n \\(n-gram length\\) must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"n \(n-gram length\): out of range \(got 0; allowed: an integer >= 1\)"):
         max_ngram_repetition("a", n=0)
 
 

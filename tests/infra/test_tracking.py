@@ -461,7 +461,7 @@ def test_train_score_and_audit_make_one_complete_offline_run_per_configuration(o
     from empriv.config import RunConfig
     from empriv.pipeline.audit import track_audit
     from empriv.pipeline.score import track_scores
-    from empriv.train.finetune import train_model
+    from empriv.train.finetune import TrainingRecords, TrainRequest, train_model
 
     params = tiny_params()
     run = RunConfig(8.0, 16, 6, 0.01, 0)
@@ -470,7 +470,7 @@ def test_train_score_and_audit_make_one_complete_offline_run_per_configuration(o
     secrets = [SECRET, OTHER]
 
     # train: train_model opens the configuration's run itself (section train)
-    _, metrics = train_model(params, run, tiny_gpt2(), ids, mask, scrub_secrets=secrets)
+    _, metrics = train_model(TrainRequest(params, run, tiny_gpt2(), TrainingRecords(ids, mask), scrub_secrets=secrets))
     rid = run_id("empriv", "workspace", run.name)
     # offline, a stage only journals its part: W&B itself is started once, by write_offline_runs
     assert local_copies(offline, rid) == [] and set(read_journal(offline, rid)["sections"]) == {"train"}
@@ -489,7 +489,7 @@ def test_train_score_and_audit_make_one_complete_offline_run_per_configuration(o
     # audit: its own training curve, then its results, in one session (as pipeline.audit does)
     scrub = SecretScrubber(secrets).with_canaries(cs, gpt2_tokenizer)
     with open_configuration_run(params, run, section="audit", scrub=scrub) as t:
-        train_model(params, run, tiny_gpt2(), ids, mask, job_type="audit", tracker=t)
+        train_model(TrainRequest(params, run, tiny_gpt2(), TrainingRecords(ids, mask), job_type="audit", tracker=t))
         t.log({"audit/train/step": 99, "leak": [5, 101, 102, 103, 104, 250, 251]})  # a canary as token ids
         track_audit(t, {"audit_eps_lb_95": 0.25, "audit_eps_lb_99": 0.1, "audit_auc": 0.61, "audit_design": "random",
                         "audit_mia": {"loss": {"auc": 0.61, "tpr_at_fpr_0.01": 0.02},

@@ -231,7 +231,8 @@ def test_errors_are_one_line_value_errors():
         fast_dp_step(model, IDS, MASK, clip_norm=1.0, noise_multiplier=-1, expected_batch_size=4, generator=None)
     with pytest.raises(ValueError, match="mode must be one of auto, ghost, explicit, got 'fast'"):
         fast_dp_step(model, IDS, MASK, clip_norm=1.0, mode="fast", **kw)
-    with pytest.raises(ValueError, match=r"micro_batch_size must be an integer >= 1 or None, got 0"):
+    with pytest.raises(ValueError, match=r"micro_batch_size \(None: the whole batch at once\): "
+                                         r"out of range \(got 0; allowed: an integer >= 1\)"):
         fast_dp_step(model, IDS, MASK, clip_norm=1.0, micro_batch_size=0, **kw)
     with pytest.raises(ValueError, match=r"ids and mask must both be \[B, L\]"):
         fast_dp_step(model, IDS, MASK[:, :5], clip_norm=1.0, **kw)

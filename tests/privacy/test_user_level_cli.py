@@ -17,7 +17,7 @@ def test_naive_group_privacy_roundtrip():
     ee, ed = ul.example_level_for_user_level(ue, ud, 4)
     assert (ee, ed) == (pytest.approx(0.5), pytest.approx(1e-6))
     assert ul.naive_group_privacy(1.0, 1e-5, 1) == (1.0, 1e-5)
-    with pytest.raises(ValueError, match="k must be"):
+    with pytest.raises(ValueError, match=r"k: out of range \(got 0; allowed: an integer >= 1\)"):
         ul.naive_group_privacy(1.0, 1e-5, 0)
 
 

@@ -57,9 +57,9 @@ def test_top_ngrams_counts_once_per_sample():
 
 
 def test_top_ngrams_validates():
-    with pytest.raises(ValueError, match="n \\(n-gram length\\) must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"n \(n-gram length\): out of range \(got 0; allowed: an integer >= 1\)"):
         top_ngrams([[1, 2]], n=0)
-    with pytest.raises(ValueError, match="top_k must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"top_k: out of range \(got 0; allowed: an integer >= 1\)"):
         top_ngrams([[1, 2]], n=1, top_k=0)
     with pytest.raises(ValueError, match="token ids must be in"):
         top_ngrams([[1, -2]], n=1)
@@ -74,7 +74,7 @@ def test_merge_overlapping_chains_contains_and_cycles():
     assert merge_overlapping([(1, 2, 3), (3, 4, 5)], min_overlap=1) == [(1, 2, 3, 4, 5)]
     # a veto keeps the pieces apart
     assert merge_overlapping([(1, 2, 3), (3, 4, 5)], 1, accept=lambda a, b, m: False) == [(1, 2, 3), (3, 4, 5)]
-    with pytest.raises(ValueError, match="min_overlap must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"min_overlap: out of range \(got 0; allowed: an integer >= 1\)"):
         merge_overlapping([(1,)], 0)
 
 

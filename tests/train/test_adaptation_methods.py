@@ -13,7 +13,7 @@ import torch
 from empriv.config import ConfigError, RunConfig, parse_params
 from empriv.models.adapters import load_finetuned, save_finetuned
 from empriv.models.lm import encode_fixed, per_sample_mean_nll
-from empriv.train.finetune import train_model
+from empriv.train.finetune import PublicSplit, TrainingRecords, TrainRequest, train_model
 
 EOS = 299
 VARIANTS = {
@@ -61,7 +61,8 @@ def _train(method, epsilon=8):
     run = RunConfig(epsilon, 16, 3, 0.01, 0, method=method)
     base = _base()
     before = {k: v.clone() for k, v in base.state_dict().items()}
-    model, metrics = train_model(params, run, base, ids, mask, public_ids=pub_ids, public_mask=pub_mask)
+    model, metrics = train_model(TrainRequest(params, run, base, TrainingRecords(ids, mask),
+                                              public=PublicSplit(pub_ids, pub_mask)))
     return params, model, metrics, before, base
 
 
@@ -154,7 +155,8 @@ def test_a_method_the_architecture_cannot_take_is_a_one_line_error_before_traini
                                     num_attention_heads=2, max_position_embeddings=32, word_embed_proj_dim=16))
     ids, mask = _data()
     with pytest.raises(ConfigError) as err:
-        train_model(params, RunConfig(8, 16, 3, 0.01, 0, method="prefix"), base, ids, mask)
+        train_model(TrainRequest(params, RunConfig(8, 16, 3, 0.01, 0, method="prefix"), base,
+                                 TrainingRecords(ids, mask)))
     lines = str(err.value).splitlines()
     assert len(lines) == 1 and "cube.method 'prefix'" in lines[0] and "opt" in lines[0]
 
@@ -163,7 +165,8 @@ def test_strict_variants_need_the_public_split():
     params = _params().for_method("dpflat-strict")
     ids, mask = _data()
     with pytest.raises(ConfigError, match="public"):
-        train_model(params, RunConfig(8, 16, 3, 0.01, 0, method="dpflat-strict"), _base(), ids, mask)
+        train_model(TrainRequest(params, RunConfig(8, 16, 3, 0.01, 0, method="dpflat-strict"), _base(),
+                                 TrainingRecords(ids, mask)))
 
 
 def test_streams_differ_between_methods_and_full_keeps_its_old_key():
@@ -188,7 +191,7 @@ def test_the_train_stage_checkpoints_under_its_job_and_point_when_asked(tmp_path
     ck = checkpointer(params.for_method("lora"), run, "train")
     assert ck.directory == tmp_path / "ck" / "train" / "record" / "lora" / "eps8-b16-T3-lr0.01-s0" and ck.every == 2
     ids, mask = _data()
-    _, m = train_model(params.for_method("lora"), run, _base(), ids, mask, checkpoint=ck)
+    _, m = train_model(TrainRequest(params.for_method("lora"), run, _base(), TrainingRecords(ids, mask), checkpoint=ck))
     assert m["resumed_from_step"] is None and len(m["loss_curve"]) == 3
     ck.clear()
     assert not any(ck.directory.glob("step-*"))

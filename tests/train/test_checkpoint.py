@@ -333,7 +333,8 @@ def test_damaged_only_checkpoint_means_a_fresh_start(tmp_path, caplog, damage):
 
 def test_bad_cadence_is_one_line_value_error(tmp_path):
     for bad in (0, -1, 2.5, True, "3"):
-        with pytest.raises(ValueError, match=r"^runtime.checkpoint_every must be an integer >= 1 .*got"):
+        with pytest.raises(ValueError, match=r"^runtime.checkpoint_every \(steps between checkpoints\): "
+                                             r"(out of range|not an integer) \(got .*; allowed: an integer >= 1\)$"):
             Checkpointer(tmp_path, bad)
 
 

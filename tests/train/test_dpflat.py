@@ -36,8 +36,10 @@ def test_bad_input_is_a_one_line_value_error():
     run = dict(steps=4, sample_rate=0.5, noise_multiplier=1.0, clip_norm=1.0, lr=0.01,
                sampler_generator=torch.Generator().manual_seed(0))
     cases = [
-        (DPFlatParams(awp=True, awp_steps=5), "awp_steps (E) must be in [0, T=4], got 5"),
-        (DPFlatParams(layer_elimination=True, target_layers=4), "target_layers must be an integer in [1, 3]"),
+        (DPFlatParams(awp=True, awp_steps=5),
+         "awp_steps (E, at most T): out of range (got 5; allowed: an integer in [0, 4])"),
+        (DPFlatParams(layer_elimination=True, target_layers=4),
+         "target_layers (at most the prefix's layer count): out of range (got 4; allowed: an integer in [1, 3])"),
     ]
     for config, message in cases:
         with pytest.raises(ValueError) as err:

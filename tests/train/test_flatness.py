@@ -256,7 +256,7 @@ def test_bad_component_input_is_a_one_line_value_error():
     prompt = prepare_adaptation(base(torch.float32), "prompt", n_virtual=P, init_seed=0)
     with pytest.raises(ValueError, match="DP-Flat layer elimination needs a prefix-tuned model"):
         eliminate_prefix_layers(prompt, IDS, MASK, target_layers=1)
-    with pytest.raises(ValueError, match=r"kd_lambda must be >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"kd_lambda: out of range \(got -1; allowed: a finite number >= 0\)"):
         add_kd_gradient(model, trainable_state(model), -1)
-    with pytest.raises(ValueError, match=r"gamma must be > 0, got -0.5"):
+    with pytest.raises(ValueError, match=r"gamma: out of range \(got -0.5; allowed: a finite number > 0\)"):
         awp_perturbation(model, trainable_state(model), -0.5)

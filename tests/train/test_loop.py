@@ -148,10 +148,11 @@ def test_user_sampling_selects_the_sampled_units_records_step_by_step():
 
 
 def test_bad_input():
-    with pytest.raises(ValueError, match="steps must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"steps: out of range \(got 0; allowed: an integer >= 1\)"):
         DPLoop(sampling=RecordSampling(N, Q), steps=0, curves=("losses",))
     with pytest.raises(ValueError, match="curves must name at least the loss curve"):
         DPLoop(sampling=RecordSampling(N, Q), steps=1, curves=())
-    with pytest.raises(ValueError, match=r"start must be in \[0, steps=3\], got 4"):
+    with pytest.raises(ValueError, match=r"start \(at most steps\): out of range "
+                                         r"\(got 4; allowed: an integer in \[0, 3\]\)"):
         RecordSampling(N, Q).batches(torch.Generator(), start=4, steps=3)
     assert math.isclose(RecordSampling(N, Q).expected_batch_size, 1.0)

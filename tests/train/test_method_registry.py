@@ -60,7 +60,7 @@ def test_a_method_registered_alone_validates_prepares_trains_and_records(toy, tm
     from tiny_models import tiny_gpt2
 
     from empriv.models.adapters import load_finetuned, save_finetuned
-    from empriv.train.finetune import train_model
+    from empriv.train.finetune import TrainingRecords, TrainRequest, train_model
 
     assert "toy-ln" in method_names() and "toy-ln" in registered_names()
     params = _params("toy-ln")  # config accepts the name, as a cube.method and as a variant's method
@@ -70,7 +70,7 @@ def test_a_method_registered_alone_validates_prepares_trains_and_records(toy, tm
     before = {k: v.clone() for k, v in base.state_dict().items()}
     ids, mask = _data()
     run = RunConfig(8, 16, 3, 0.01, 0, method="toy-sgd")
-    model, m = train_model(params.for_method("toy-sgd"), run, base, ids, mask)
+    model, m = train_model(TrainRequest(params.for_method("toy-sgd"), run, base, TrainingRecords(ids, mask)))
     assert (m["method"], m["adaptation"], m["toy_settings"]) == ("toy-sgd", "toy-ln", {"trains": "ln_f"})
     assert m["trainable_parameters"] == 2 * 16 and m["optimizer"] == "adam" and len(m["loss_curve"]) == 3
     assert m["noise_multiplier"] > 0 and m["epsilon_prv"] <= 8 + 1e-6
@@ -83,8 +83,8 @@ def test_a_method_registered_alone_validates_prepares_trains_and_records(toy, tm
     torch.testing.assert_close(reloaded.state_dict()["transformer.ln_f.bias"], after["transformer.ln_f.bias"])
     # its own check runs before training
     with pytest.raises(ConfigError, match="record-level only"):
-        train_model(params.for_method("toy-ln"), RunConfig(8, 16, 3, 0.01, 0, "group-k2-random", "toy-ln"),
-                    tiny_gpt2(n_positions=32), ids, mask, unit_ids=list(range(64)))
+        train_model(TrainRequest(params.for_method("toy-ln"), RunConfig(8, 16, 3, 0.01, 0, "group-k2-random", "toy-ln"),
+                                 tiny_gpt2(n_positions=32), TrainingRecords(ids, mask, unit_ids=list(range(64)))))
 
 
 def test_an_unregistered_method_is_unknown_again(toy):

@@ -239,7 +239,7 @@ def test_probe_lets_other_errors_through():
 
     with pytest.raises(RuntimeError, match="shape mismatch"):
         probe_micro_batch_size(broken, 64)
-    with pytest.raises(ValueError, match="start must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"start: out of range \(got 0; allowed: an integer >= 1\)"):
         probe_micro_batch_size(MemoryLimit(4), 0)
 
 

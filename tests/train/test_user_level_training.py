@@ -12,7 +12,7 @@ import torch
 
 from empriv.config import ConfigError, RunConfig, parse_params
 from empriv.models.lm import encode_fixed
-from empriv.train.finetune import train_model
+from empriv.train.finetune import TrainingRecords, TrainRequest, train_model
 from empriv.train.user_level import SelectionStats, make_unit_data, userwise_selector
 
 N_UNITS = 40
@@ -61,8 +61,8 @@ def _train(params, unit, epsilon=8, batch_size=8):
 
     ids, mask, units, tokens, scores = _corpus()
     run = RunConfig(epsilon, batch_size, 4, 0.01, 0, unit)
-    return train_model(params, run, tiny_gpt2(), ids, mask, unit_ids=units, record_tokens=tokens,
-                       record_scores=scores, tokenizer=_Tok())
+    return train_model(TrainRequest(params, run, tiny_gpt2(), TrainingRecords(ids, mask, units, tokens, scores),
+                                    tokenizer=_Tok()))
 
 
 def test_group_privacy_bounds_each_unit_to_k_and_takes_sigma_from_the_tight_accounting(monkeypatch):
@@ -179,19 +179,19 @@ def test_user_level_errors_are_one_line_and_come_before_training(monkeypatch):
     params = _params()
     run = RunConfig(8, 16, 4, 0.01, 0, "userwise-k3-random")
     with pytest.raises(ConfigError, match="needs the privacy unit of every training record"):
-        train_model(params, run, tiny_gpt2(), ids, mask)
+        train_model(TrainRequest(params, run, tiny_gpt2(), TrainingRecords(ids, mask)))
     big = RunConfig(8, 16, 4, 0.01, 0, "userwise-k3-random")
     few_units = ["a", "b"] * 100
     with pytest.raises(ConfigError, match=r"cube.batch_size 16 must be <= the number of units \(2\)"):
-        train_model(params, big, tiny_gpt2(), ids, mask, unit_ids=few_units, record_tokens=tokens)
+        train_model(TrainRequest(params, big, tiny_gpt2(), TrainingRecords(ids, mask, few_units, tokens)))
     with pytest.raises(ConfigError, match="a perplexity strategy needs each record's perplexity"):
-        train_model(params, RunConfig(8, 8, 4, 0.01, 0, "group-k2-highppl"), tiny_gpt2(), ids, mask, unit_ids=units,
-                    record_tokens=tokens)
+        train_model(TrainRequest(params, RunConfig(8, 8, 4, 0.01, 0, "group-k2-highppl"), tiny_gpt2(),
+                                 TrainingRecords(ids, mask, units, tokens)))
     with pytest.raises(ConfigError, match=r"unit\(s\) have fewer than k=3 records .*privacy.user_resample is false"):
-        train_model(_params(user_resample=False), RunConfig(8, 8, 4, 0.01, 0, "group-k3-random"), tiny_gpt2(), ids,
-                    mask, unit_ids=units, record_tokens=tokens)
+        train_model(TrainRequest(_params(user_resample=False), RunConfig(8, 8, 4, 0.01, 0, "group-k3-random"),
+                                 tiny_gpt2(), TrainingRecords(ids, mask, units, tokens)))
     with pytest.raises(ValueError, match="200 unit ids|unit ids for 200"):
-        train_model(params, run, tiny_gpt2(), ids, mask, unit_ids=units[:10])
+        train_model(TrainRequest(params, run, tiny_gpt2(), TrainingRecords(ids, mask, units[:10])))
 
 
 def test_unit_specs_parse_and_bad_ones_are_one_line_errors():
@@ -254,8 +254,8 @@ def test_a_user_level_audit_adds_member_canary_units_as_units_of_their_own(monke
     ids, mask, units, tokens, scores = _corpus()
     n_units = len(set(units))
     run = RunConfig(8, 8, 4, 0.01, 0, unit)
-    model, m = train_model(params, run, _tiny_gpt2(), ids, mask, unit_ids=units, record_tokens=tokens,
-                           record_scores=scores, tokenizer=_Tok(), canaries=canaries, job_type="audit")
+    model, m = train_model(TrainRequest(params, run, _tiny_gpt2(), TrainingRecords(ids, mask, units, tokens, scores),
+                                        tokenizer=_Tok(), canaries=canaries, job_type="audit"))
     assert m["n_units"] == n_units + members and m["n_canary_units_included"] == members
     assert m["n_canaries_included"] == 3 * members and m["canary_records_per_unit"] == 3 and m["n_data"] == 200
     slots = 3 * (n_units + members) if unit.startswith("group") else n_units + members
@@ -267,8 +267,9 @@ def test_a_user_level_audit_adds_member_canary_units_as_units_of_their_own(monke
     assert list(a_tokens[200]) == list(canaries.unit_records(canaries.member_units[0])[0].tokens)
     assert len(a_scores) == 200 + 3 * members
     with pytest.raises(ConfigError, match="have 3 records each, the run's k is 2"):
-        train_model(params, RunConfig(8, 8, 4, 0.01, 0, "group-k2-random"), _tiny_gpt2(), ids, mask, unit_ids=units,
-                    record_tokens=tokens, record_scores=scores, tokenizer=_Tok(), canaries=canaries)
+        train_model(TrainRequest(params, RunConfig(8, 8, 4, 0.01, 0, "group-k2-random"), _tiny_gpt2(),
+                                 TrainingRecords(ids, mask, units, tokens, scores), tokenizer=_Tok(),
+                                 canaries=canaries))
 
 
 def _tiny_gpt2():

@@ -38,14 +38,13 @@ per-sample value enters them.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from empriv.audit import mia, roc
+from empriv.checks import require_int, require_real
 
 FPR_LEVELS = (0.01, 0.001)
 MIN_K_GRID = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
@@ -110,8 +109,7 @@ def encode_texts(texts: Sequence[str], tokenizer, seq_len: int) -> EncodedTexts:
     longest sample (right padding: the trim changes no loss)."""
     from empriv.models.lm import encode_fixed
 
-    if isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral) or seq_len < 2:
-        raise ValueError(f"seq_len must be an integer >= 2, got {seq_len!r}")
+    require_int("seq_len", seq_len, 2)
     if isinstance(texts, str):
         raise ValueError("texts must be a sequence of strings, got one string")
     tokens = tokenizer.encode_batch(list(texts))
@@ -170,9 +168,7 @@ def _best(candidates: list[tuple[dict, dict]]) -> tuple[dict, dict]:
 
 
 def _check_fraction(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value <= 1):
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
-    return float(value)
+    return require_real(name, value, gt=0, le=1)
 
 
 def _check_grid(name: str, grid, check) -> tuple[float, ...]:
@@ -183,15 +179,11 @@ def _check_grid(name: str, grid, check) -> tuple[float, ...]:
 
 
 def _positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 or math.isinf(value):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return require_real(name, value, gt=0)
 
 
 def _alpha(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value <= 1:
-        raise ValueError(f"{name} must be in [0, 1], got {value!r}")
-    return float(value)
+    return require_real(name, value, ge=0, le=1)
 
 
 # ----------------------------------------------------------------------------- the attacks on losses
@@ -215,8 +207,7 @@ def adaptation_mia_metrics(target: SetLosses, pretrained: SetLosses | None, shad
     gammas = _check_grid("rmia_gamma_grid", rmia_gamma_grid, _positive)
     alphas = _check_grid("rmia_alpha_grid", rmia_alpha_grid, _alpha)
     for f in fpr_levels:
-        if isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 < f < 1:
-            raise ValueError(f"fpr_levels entries must be in (0, 1), got {f!r}")
+        require_real("fpr_levels entry", f, gt=0, lt=1)
 
     n_mem, n_non = len(target.members), len(target.nonmembers)
     labels = np.r_[np.ones(n_mem, bool), np.zeros(n_non, bool)]
@@ -284,8 +275,7 @@ def evaluate_adaptation_mias(target, *, members, nonmembers, pretrained, shadow,
     None (its attacks are then left out). Returns ``{"n_members", "n_nonmembers", "n_population",
     "fpr_resolution", "mia": {name: entry}, "mean_loss": {model: {set: mean NLL}}}``.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    require_int("batch_size", batch_size, 1)
     if pretrained is None:
         raise ValueError("pretrained must be the base model before adaptation, got None")
     mem = _encoded("members", members, tokenizer, seq_len)
@@ -323,8 +313,7 @@ def pretraining_leakage(base, adapted, members, nonmembers, *, tokenizer=None, s
     model (one not trained on the pre-training data) also ``reference``. ``difference`` is adapted −
     base for each AUC (negative: the adaptation hid part of what pre-training leaked).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    require_int("batch_size", batch_size, 1)
     mem = _encoded("members", members, tokenizer, seq_len)
     non = _encoded("nonmembers", nonmembers, tokenizer, seq_len)
     labels = np.r_[np.ones(len(mem), bool), np.zeros(len(non), bool)]

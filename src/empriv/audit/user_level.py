@@ -141,8 +141,7 @@ def generate_user_canaries(*, design: str, n_units: int, records_per_unit: int, 
     and one Bernoulli(½) membership per unit (from :func:`generate_canaries` with ``seed``), k random
     prefixes per unit, distinct over all records."""
     m = n_units
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 2:
-        raise ValueError(f"n_units (m, canary units) must be an integer >= 2, got {m!r}")
+    require_int("n_units", m, 2, meaning="m, canary units")
     k = require_int("records_per_unit", records_per_unit, 1)
     units = generate_canaries(design=design, n_canaries=int(m), vocab_size=vocab_size, eos_id=eos_id, seed=seed,
                               prefix="random", prefix_length=prefix_length, secret_length=secret_length, loss=loss,
@@ -326,8 +325,7 @@ def user_level_audit(record_scores: Sequence[float], record_units: Sequence[Hash
     k = counts.pop()
     if records_per_unit is not None and k != records_per_unit:
         raise ValueError(f"record_units: every unit has {k} records, but records_per_unit = {records_per_unit}")
-    if isinstance(guesses, bool) or not isinstance(guesses, (int, np.integer)) or not 1 <= guesses <= m:
-        raise ValueError(f"guesses (r) must be an integer in [1, m = {m}] (the number of canary units), got {guesses!r}")
+    require_int("guesses", guesses, 1, m, meaning="r, at most m canary units")
     result = eps_mod.top_r_audit(agg.scores, labels, int(guesses), delta, side, (0.95, 0.99))
     return UserLevelAudit(eps_lb_95=result.epsilon_lb[0.95], eps_lb_99=result.epsilon_lb[0.99], m=m, r=result.r,
                           v=result.v, records_per_unit=int(k), aggregate=aggregate, n_members=int(sum(labels)),

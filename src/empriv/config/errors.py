@@ -6,6 +6,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from empriv.checks import NOTHING as _NOTHING, problem_text, short_repr as _short
+
 
 class ConfigError(ValueError):
     """Invalid parameters or inputs. Each line of the message is one self-contained problem,
@@ -27,14 +29,6 @@ def error_lines(err: BaseException) -> str:
     return f"error: {text}"
 
 
-_NOTHING = object()
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 class ParamError(ValueError):
     """A validator's finding: what is wrong, the value, what is allowed; ``key`` (absolute, dotted) when the
     problem belongs to another field than the one validated, ``index`` for an item of a list field."""
@@ -45,12 +39,7 @@ class ParamError(ValueError):
         super().__init__(self.text())
 
     def text(self) -> str:
-        extra = []
-        if self.got is not _NOTHING:
-            extra.append(f"got {_short(self.got)}")
-        if self.allowed:
-            extra.append(f"allowed: {self.allowed}")
-        return self.what + (f" ({'; '.join(extra)})" if extra else "")
+        return problem_text(self.what, self.got, self.allowed)
 
 
 def _did_you_mean(word: str, known) -> str:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from empriv.checks import interval_text
 from empriv.config.errors import _NOTHING, ParamError, _did_you_mean, _short
 from empriv.config.params import Params
 from empriv.config.values import EPSILON_ALLOWED, Epsilon
@@ -49,10 +50,7 @@ def _bounds(metadata: list) -> str:
                     lo = (sym, value)
                 else:
                     hi = (sym, value)
-    if lo and hi:
-        return f" in {'[' if lo[0] == '>=' else '('}{lo[1]:g}, {hi[1]:g}{']' if hi[0] == '<=' else ')'}"
-    bound = lo or hi
-    return f" {bound[0]} {bound[1]:g}" if bound else ""
+    return interval_text(lo, hi)
 
 
 _PLURAL = {int: "integers", float: "numbers", str: "strings", bool: "true/false values"}

@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import numbers
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from empriv.checks import bad_input, require_int
 
 DATASETS = ("iid", "ood")
 #: which generator each dataset draws from
@@ -105,12 +106,6 @@ class AdaptationSets:
 # ----------------------------------------------------------------------------- validation and checks
 
 
-def _check_size(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def check_disjoint(named_sets: Mapping[str, Sequence[str]], public_texts: Sequence[str] = (),
                    allowed_public: Sequence[str] = ()) -> None:
     """Raise a one-line ``ValueError`` if a text occurs twice within or across the named sets, or if
@@ -149,7 +144,7 @@ def fresh_public_texts(n: int, seed: int, exclude: Sequence[str] = (), forbidden
     generator's stream is read from its start, longer each round, until ``n`` texts survive."""
     from empriv.data.synthetic import generate_public
 
-    n = _check_size("n", n)
+    n = require_int("n", n, 1)
     excluded = set(exclude)
     stream = derived_seed(seed, "public-like")
     want = n + max(16, n // 10)
@@ -215,20 +210,17 @@ def build_adaptation_sets(public_texts: Sequence[str], *, n_members: int, n_nonm
     contain (e.g. the corpus' secret values, :func:`empriv.data.synthetic.secret_values`).
     ``ood_records_per_author``: records taken from each synthetic-tofu author (1–20).
     """
-    sizes = {name: _check_size(name, value) for name, value in (
+    sizes = {name: require_int(name, value, 1) for name, value in (
         ("n_members", n_members), ("n_nonmembers", n_nonmembers), ("n_shadow", n_shadow),
         ("n_population", n_population), ("n_probe_members", n_probe_members),
         ("n_probe_nonmembers", n_probe_nonmembers))}
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    per_author = _check_size("ood_records_per_author", ood_records_per_author)
-    if per_author > 20:
-        raise ValueError(f"ood_records_per_author must be an integer in [1, 20] (a synthetic-tofu author has "
-                         f"20 records), got {ood_records_per_author!r}")
+    require_int("seed", seed)
+    per_author = require_int("ood_records_per_author", ood_records_per_author, 1, 20,
+                             meaning="a synthetic-tofu author has 20 records")
     public = list(dict.fromkeys(public_texts))  # distinct, in order
     if sizes["n_probe_members"] > len(public):
-        raise ValueError(f"n_probe_members must be <= the {len(public)} distinct public texts, "
-                         f"got {sizes['n_probe_members']}")
+        raise bad_input("n_probe_members", "more than the distinct public texts", sizes["n_probe_members"],
+                        f"an integer in [1, {len(public)}]")
     role_sizes = [sizes["n_members"], sizes["n_nonmembers"], sizes["n_shadow"], sizes["n_population"]]
     n_authors = sum(math.ceil(s / per_author) for s in role_sizes)
     _check_tofu_capacity(n_authors)

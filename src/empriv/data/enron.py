@@ -40,7 +40,6 @@ Bodies are never logged: functions here return data and counts, they do not prin
 from __future__ import annotations
 
 import csv
-import math
 import random
 import re
 import sys
@@ -53,7 +52,7 @@ from email.policy import compat32
 from pathlib import Path
 from typing import TypeVar
 
-from empriv.checks import require_int
+from empriv.checks import require_int, require_real
 
 T = TypeVar("T")
 
@@ -320,8 +319,7 @@ def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
     if len(fractions) != 3:
         raise ValueError(f"split fractions must be 3 numbers (train, validation, test), got {list(fractions)}")
     for name, f in zip(("train", "validation", "test"), fractions):
-        if not (isinstance(f, (int, float)) and math.isfinite(f) and 0 <= f <= 1):
-            raise ValueError(f"split fraction {name} must be in [0, 1], got {f!r}")
+        require_real(f"split fraction {name}", f, ge=0, le=1)
     if abs(sum(fractions) - 1.0) > 1e-9:
         raise ValueError(f"split fractions must sum to 1, got {list(fractions)} (sum {sum(fractions)})")
     return tuple(float(f) for f in fractions)  # type: ignore[return-value]

@@ -133,8 +133,7 @@ def expand_recipients(parsed: dict, file: str = "") -> list[UserRecord]:
 
 def max_ngram_repetition(text: str, n: int = NGRAM) -> int:
     """Largest number of times any word n-gram occurs in ``text`` (0 when it has fewer than n words)."""
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n (n-gram length) must be an integer >= 1, got {n!r}")
+    require_int("n", n, 1, meaning="n-gram length")
     words = text.split()
     if len(words) < n:
         return 0
@@ -236,8 +235,7 @@ def synthetic_unit_ids(n_records: int, seed: int, *, max_records_per_unit: int =
     import numpy as np
 
     n_records = require_int("n_records", n_records, 1)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+    require_int("seed", seed)
     rng = np.random.default_rng(seed)
     chunks, total = [], 0
     while total < n_records:

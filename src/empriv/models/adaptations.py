@@ -49,7 +49,6 @@ and Llama. Anything else is a one-line ``ValueError`` naming the ``model_type``.
 
 from __future__ import annotations
 
-import numbers
 
 import torch
 from torch import nn
@@ -102,8 +101,7 @@ def _check_layers(layers, n_layers: int) -> tuple[int, ...]:
     if not values:
         raise ValueError(f"layers must be None (all layers) or a non-empty list of indices in [0, {n_layers}), got []")
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not 0 <= v < n_layers:
-            raise ValueError(f"layers must hold indices in [0, {n_layers}) (the base's layers), got {values!r}")
+        require_int("layers entry", v, 0, n_layers - 1, meaning="an index of the base's layers")
     if len(set(values)) != len(values):
         raise ValueError(f"layers must not repeat an index, got {values!r}")
     return tuple(sorted(int(v) for v in values))

@@ -70,6 +70,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from empriv.checks import require_int
 from empriv.models.recording import (  # noqa: F401  (re-exported)
     _HF_RMSNORM_NAMES,
     _recording,
@@ -269,9 +270,8 @@ def fast_dp_step(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, cli
     _check_positive("expected_batch_size", expected_batch_size)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if micro_batch_size is not None and (isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int)
-                                         or micro_batch_size < 1):
-        raise ValueError(f"micro_batch_size must be an integer >= 1 or None, got {micro_batch_size!r}")
+    if micro_batch_size is not None:
+        require_int("micro_batch_size", micro_batch_size, 1, meaning="None: the whole batch at once")
     if ids.dim() != 2 or tuple(ids.shape) != tuple(mask.shape):
         raise ValueError(f"ids and mask must both be [B, L], got {list(ids.shape)} and {list(mask.shape)}")
     if per_sample_loss is None:

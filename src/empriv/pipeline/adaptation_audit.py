@@ -46,9 +46,9 @@ def main(params: Params, dataset: str, run: RunConfig, data_root: Path = paths.A
     from empriv.models.registry import resolve_device
     from empriv.pipeline.adaptation_data import read_set
     from empriv.pipeline.common import load_base, load_tokenizer
-    from empriv.pipeline.train import calibration_cache, public_inputs
+    from empriv.pipeline.train import calibration_cache, public_split
     from empriv.stage import peak_memory
-    from empriv.train.finetune import train_model
+    from empriv.train.finetune import TrainingRecords, TrainRequest, train_model
 
     ensure_writable(Path(out_root) / dataset / f"{run.file_stem.split('/', 1)[1]}.json")  # before training
 
@@ -66,8 +66,9 @@ def main(params: Params, dataset: str, run: RunConfig, data_root: Path = paths.A
         if run.batch_size > len(texts):
             raise ConfigError(f"adaptation_audit.cube.batch_size {run.batch_size} must be <= the {len(texts)} "
                               f"{purpose} texts (adaptation_audit.n_members / n_shadow)")
-        model, metrics = train_model(p, run, load_base(), ids, mask, job_type=purpose,
-                                     calibration_cache=calibration_cache(), **public_inputs(params, tok))
+        model, metrics = train_model(TrainRequest(p, run, load_base(), TrainingRecords(ids, mask), job_type=purpose,
+                                                  calibration_cache=calibration_cache(),
+                                                  public=public_split(params, tok)))
         model.eval()
         return model.to(device), metrics
 

@@ -68,18 +68,17 @@ def _train_and_audit(params: Params, run: RunConfig, cs, tok, ids, mask, tracker
     from empriv.io import write_json, write_jsonl
     from empriv.models.adapters import save_finetuned
     from empriv.models.registry import resolve_device
-    from empriv.pipeline.train import checkpointer, public_inputs, user_level_inputs
+    from empriv.pipeline.train import checkpointer, public_split, training_records
     from empriv.stage import peak_memory
-    from empriv.train.finetune import train_model
+    from empriv.train.finetune import TrainRequest, train_model
 
     ap = params.audit
     user_level = run.privacy_unit.user_level
     ck = checkpointer(params, run, "audit")
-    model, train_metrics = train_model(params, run, load_base(), ids, mask, canaries=cs, tokenizer=tok, job_type="audit",
-                                       checkpoint=ck,
-                                       tracker=tracker, calibration_cache=calibration_cache(),
-                                       **{k: v for k, v in user_level_inputs(run, tok).items() if k != "tokenizer"},
-                                       **public_inputs(params, tok))
+    model, train_metrics = train_model(TrainRequest(
+        params, run, load_base(), canaries=cs, tokenizer=tok, job_type="audit", checkpoint=ck, tracker=tracker,
+        calibration_cache=calibration_cache(), records=training_records(run, tok, ids, mask),
+        public=public_split(params, tok)))
     delta = ap.delta if ap.delta is not None else train_metrics["delta"]
     model.eval()
     t_score = time.time()

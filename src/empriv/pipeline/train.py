@@ -26,17 +26,18 @@ def encoded_train_split(params: Params, tok):
     return encode_fixed(tok.encode_batch(load_texts("train")), tok.eos_id, params.base.seq_len)
 
 
-def public_inputs(params: Params, tok) -> dict:
-    """The encoded public split, for the strict DP-Flat / DPZero variants that train something on public data only
-    (nothing for every other run: the split is not read)."""
+def public_split(params: Params, tok):
+    """The encoded public split (a :class:`~empriv.train.finetune.PublicSplit`), for the strict DP-Flat / DPZero
+    variants that train something on public data only (None for every other run: the split is not read)."""
     from empriv.train.methods import get_method
 
     if not get_method(params.train.method).needs_public_split(params):
-        return {}
+        return None
     from empriv.models.lm import encode_fixed
+    from empriv.train.finetune import PublicSplit
 
     ids, mask = encode_fixed(tok.encode_batch(load_texts("public")), tok.eos_id, params.base.seq_len)
-    return {"public_ids": ids, "public_mask": mask}
+    return PublicSplit(ids, mask)
 
 
 def checkpointer(params: Params, run: RunConfig, job: str):
@@ -51,11 +52,14 @@ def checkpointer(params: Params, run: RunConfig, job: str):
                         clear_on_completion=False)
 
 
-def user_level_inputs(run: RunConfig, tok) -> dict:
-    """What a user-level unit trains from besides the encoded records: each record's unit, its full token list and
-    (perplexity strategies) its mean NLL under the initial base; nothing for a record-level run."""
+def training_records(run: RunConfig, tok, ids, mask):
+    """The encoded train split ``ids``/``mask`` as :class:`~empriv.train.finetune.TrainingRecords`, with what a
+    user-level unit trains from besides: each record's unit, its full token list and (perplexity strategies) its mean
+    NLL under the initial base (nothing more for a record-level run)."""
+    from empriv.train.finetune import TrainingRecords
+
     if not run.privacy_unit.user_level:
-        return {}
+        return TrainingRecords(ids, mask)
     from empriv.config import ConfigError
     from empriv.io import read_jsonl
 
@@ -69,8 +73,8 @@ def user_level_inputs(run: RunConfig, tok) -> dict:
         from empriv.data.selection import read_record_scores
 
         scores = read_record_scores(paths.RECORD_SCORES, [r["id"] for r in rows])
-    return {"unit_ids": units, "record_tokens": tok.encode_batch([r["text"] for r in rows]), "record_scores": scores,
-            "tokenizer": tok}
+    return TrainingRecords(ids, mask, unit_ids=units, record_tokens=tok.encode_batch([r["text"] for r in rows]),
+                           record_scores=scores)
 
 
 def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=paths.TRAIN_METRICS_DIR) -> dict:
@@ -81,7 +85,7 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     from empriv.io import write_json
     from empriv.pipeline.staged_outputs import StagedOutputs
     from empriv.models.adapters import save_finetuned
-    from empriv.train.finetune import train_model
+    from empriv.train.finetune import TrainRequest, train_model
 
     from empriv.io import ensure_writable
 
@@ -91,9 +95,10 @@ def main(params: Params, run: RunConfig, runs_dir=paths.RUNS_DIR, metrics_dir=pa
     tok = load_tokenizer()
     ids, mask = encoded_train_split(params, tok)
     ck = checkpointer(params, run, "train")
-    model, metrics = train_model(params, run, load_base(), ids, mask, scrub_secrets=secrets_to_scrub(),
-                                 calibration_cache=calibration_cache(), **user_level_inputs(run, tok),
-                                 **public_inputs(params, tok), checkpoint=ck)
+    # the tokenizer's eos id serves the user-level chunk strategy only; a record-level run ignores it
+    model, metrics = train_model(TrainRequest(
+        params, run, load_base(), scrub_secrets=secrets_to_scrub(), calibration_cache=calibration_cache(),
+        records=training_records(run, tok, ids, mask), tokenizer=tok, public=public_split(params, tok), checkpoint=ck))
     from empriv.stage import peak_memory
 
     metrics["peak_memory"] = peak_memory()  # of the stage process, training included

@@ -119,8 +119,7 @@ def calibrate_user_wise(epsilon, delta, users_per_step, n_users, steps, accounta
                         **kwargs) -> Calibration:
     """User-wise DP-SGD: ordinary accounting over users, q = users_per_step / n_users."""
     users_per_step = require_int("users_per_step", users_per_step, 1)
-    if isinstance(n_users, bool) or not isinstance(n_users, int) or n_users < users_per_step:
-        raise ValueError(f"n_users must be an integer >= users_per_step, got {n_users!r}")
+    n_users = require_int("n_users", n_users, users_per_step, meaning="at least users_per_step")
     q = _check_sample_rate(users_per_step / n_users)
     return calibrate_noise_multiplier(epsilon, delta, q, steps, accountant, **kwargs)
 

@@ -29,7 +29,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from empriv.checks import require_int
+from empriv.checks import require_int, require_real
 
 _SEPARATOR_ID = 0xFFFFFFFF
 
@@ -255,8 +255,7 @@ def mine_ngram_sequences(
     ``merge_ratio`` × the larger count of its two parts (so a frequent string is not swallowed by a
     rare extension of it, e.g. a chance token before it).
     """
-    if not (isinstance(merge_ratio, (int, float)) and 0 <= merge_ratio <= 1):
-        raise ValueError(f"merge_ratio must be in [0, 1], got {merge_ratio!r}")
+    require_real("merge_ratio", merge_ratio, ge=0, le=1)
     top = top_ngrams(samples, n, top_k, min_count)
     if not top:
         return []

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from empriv.checks import require_int
+from empriv.checks import require_int, require_real
 from empriv.config import DPFlatParams
 from empriv.models.adaptations import PrefixTunedLM, dp_step
 from empriv.train.checkpoint import trainable_named
@@ -62,7 +62,6 @@ from empriv.train.flatness import (
     add_kd_gradient,
     awp_perturbation,
     check_etas,
-    check_real,
     eliminate_prefix_layers,
     perturbed_dp_step,
     require_prefix,
@@ -98,14 +97,12 @@ class DPFlatResult:
 
 def check_dpflat(config: DPFlatParams, *, steps: int, n_prefix_layers: int | None) -> None:
     """What :class:`~empriv.config.DPFlatParams` cannot check alone: E ≤ T and the kept layers within the prefix's."""
-    if config.awp_steps > steps:
-        raise ValueError(f"awp_steps (E) must be in [0, T={steps}], got {config.awp_steps}")
+    require_int("awp_steps", config.awp_steps, 0, steps, meaning="E, at most T")
     if config.layer_elimination:
         if n_prefix_layers is None:
             raise ValueError("layer_elimination needs a prefix-tuned model (method 'prefix'), got another adaptation")
-        if not 1 <= config.target_layers <= n_prefix_layers:
-            raise ValueError(f"target_layers must be an integer in [1, {n_prefix_layers}] (the prefix's layer "
-                             f"count), got {config.target_layers!r}")
+        require_int("target_layers", config.target_layers, 1, n_prefix_layers,
+                    meaning="at most the prefix's layer count")
 
 
 def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, config: DPFlatParams, steps: int,
@@ -146,13 +143,11 @@ def dpflat_train(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, con
     from empriv.train.sampling import RecordSampling
 
     steps = require_int("steps", steps, 1)
-    sample_rate = check_real("sample_rate", sample_rate, minimum=0.0, strict=True)
-    if sample_rate > 1:
-        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+    sample_rate = require_real("sample_rate", sample_rate, gt=0, le=1)
     if noise_multiplier is not None:
-        check_real("noise_multiplier", noise_multiplier, minimum=0.0, strict=False)
-    check_real("clip_norm", clip_norm, minimum=0.0, strict=True)
-    check_real("lr", lr, minimum=0.0, strict=True)
+        require_real("noise_multiplier", noise_multiplier, ge=0)
+    require_real("clip_norm", clip_norm, gt=0)
+    require_real("lr", lr, gt=0)
     check_etas(etas)
     check_dpflat(config, steps=steps, n_prefix_layers=len(model.prefix.layers) if isinstance(model, PrefixTunedLM)
                  else None)

@@ -55,12 +55,13 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from empriv.checks import require_int, require_real
 
 log = logging.getLogger("empriv.train")
 
@@ -72,36 +73,16 @@ DIRECTION_STREAM = "noise:direction"
 # ----------------------------------------------------------------------------- input checks
 
 
-def _check_positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
 def _check_noise_multiplier(value) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"noise_multiplier must be None (non-private MeZO) or a finite number >= 0, got {value!r}")
-    return float(value)
+    return require_real("noise_multiplier", value, ge=0, meaning="None: non-private MeZO")
 
 
 def _check_clip_norm(value, private: bool) -> float | None:
     if value is None and not private:
         return None
-    return _check_positive("clip_norm", value)
-
-
-def _check_count(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _check_sample_rate(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0 < value <= 1):
-        raise ValueError(f"sample_rate must be in (0, 1], got {value!r}")
-    return float(value)
+    return require_real("clip_norm", value, gt=0)
 
 
 # ----------------------------------------------------------------------------- soft prompt
@@ -115,7 +96,7 @@ def init_soft_prompt(model, n_prompt: int, *, token_ids=None, generator: torch.G
     embedding table, drawn from ``generator`` (CPU; default seed 0) so the initial prompt lives on the
     scale of real token embeddings.
     """
-    n_prompt = _check_count("n_prompt", n_prompt)
+    n_prompt = require_int("n_prompt", n_prompt, 1)
     table = model.get_input_embeddings().weight.detach()
     if token_ids is not None:
         ids = torch.as_tensor(token_ids, dtype=torch.long).flatten()
@@ -157,7 +138,7 @@ def soft_prompt_losses(model, prompt: torch.Tensor, ids: torch.Tensor, mask: tor
     train/eval mode is left as it is (call ``model.eval()`` for a deterministic loss).
     """
     _check_prompt(model, prompt)
-    micro_batch_size = _check_count("micro_batch_size", micro_batch_size)
+    micro_batch_size = require_int("micro_batch_size", micro_batch_size, 1)
     if ids.shape != mask.shape or ids.dim() != 2:
         raise ValueError(f"ids and mask must both be [N, L], got {list(ids.shape)} and {list(mask.shape)}")
     n, seq_len = ids.shape
@@ -199,7 +180,7 @@ class FiniteDifferences:
 def finite_differences(per_sample_loss: Callable[[torch.Tensor], torch.Tensor], theta: torch.Tensor,
                        z: torch.Tensor, mu: float) -> FiniteDifferences:
     """Evaluate ``per_sample_loss`` (θ ↦ [B] losses of the sampled batch) at θ ± μz."""
-    mu = _check_positive("mu", mu)
+    mu = require_real("mu", mu, gt=0)
     plus = torch.as_tensor(per_sample_loss(theta + mu * z)).detach().flatten().cpu()
     minus = torch.as_tensor(per_sample_loss(theta - mu * z)).detach().flatten().cpu()
     if plus.shape != minus.shape:
@@ -221,8 +202,8 @@ def privatize_finite_differences(d: torch.Tensor, *, clip_norm: float | None, no
     d = torch.as_tensor(d, dtype=torch.float64).flatten()
     if sigma is None:
         return (float(d.mean()) if d.numel() else 0.0), 0.0
-    c = _check_positive("clip_norm", clip_norm)
-    b = _check_positive("expected_batch_size", expected_batch_size)
+    c = require_real("clip_norm", clip_norm, gt=0)
+    b = require_real("expected_batch_size", expected_batch_size, gt=0)
     clipped = d.clamp(-c, c)
     fraction = float((d.abs() > c).double().mean()) if d.numel() else 0.0
     noise = float(torch.randn((), generator=generator, dtype=torch.float64)) * sigma * c
@@ -250,8 +231,8 @@ def dpzero_step(per_sample_loss: Callable[[torch.Tensor], torch.Tensor], theta: 
     of θ's shape is drawn (float32, on the CPU) from ``direction_generator`` every step, the noise from
     ``noise_generator`` (private steps only); then θ − η·ĝ·z.
     """
-    lr = _check_positive("learning_rate", learning_rate)
-    mu = _check_positive("mu", mu)
+    lr = require_real("learning_rate", learning_rate, gt=0)
+    mu = require_real("mu", mu, gt=0)
     sigma = _check_noise_multiplier(noise_multiplier)
     c = _check_clip_norm(clip_norm, sigma is not None)
     z = torch.randn(tuple(theta.shape), generator=direction_generator, dtype=torch.float32)
@@ -374,17 +355,15 @@ def dpzero_prompt_tuning(
     from empriv.train.loop import DPLoop
     from empriv.train.sampling import RecordSampling
 
-    n_prompt = _check_count("n_prompt", n_prompt)
-    steps = _check_count("steps", steps)
-    q = _check_sample_rate(sample_rate)
-    lr = _check_positive("learning_rate", learning_rate)
-    mu = _check_positive("mu", mu)
+    n_prompt = require_int("n_prompt", n_prompt, 1)
+    steps = require_int("steps", steps, 1)
+    q = require_real("sample_rate", sample_rate, gt=0, le=1)
+    lr = require_real("learning_rate", learning_rate, gt=0)
+    mu = require_real("mu", mu, gt=0)
     sigma = _check_noise_multiplier(noise_multiplier)
     c = _check_clip_norm(clip_norm, sigma is not None)
-    micro_batch_size = _check_count("micro_batch_size", micro_batch_size)
-    if isinstance(kd_lambda, bool) or not isinstance(kd_lambda, (int, float)) or not kd_lambda >= 0 \
-            or not math.isfinite(kd_lambda):
-        raise ValueError(f"kd_lambda must be a finite number >= 0, got {kd_lambda!r}")
+    micro_batch_size = require_int("micro_batch_size", micro_batch_size, 1)
+    require_real("kd_lambda", kd_lambda, ge=0)
     if kd_target is not None and tuple(kd_target.shape) != (n_prompt, model.get_input_embeddings().weight.shape[1]):
         raise ValueError(f"kd_target must be a prompt of shape [{n_prompt}, d], got {list(kd_target.shape)}")
     if ids.dim() != 2 or ids.shape != mask.shape or ids.shape[0] < 1:

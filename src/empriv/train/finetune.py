@@ -1,11 +1,11 @@
 """One DP fine-tuning path for the cube's runs and the audit's runs.
 
-:func:`calibrate` finds σ for a run's (ε, δ); :func:`train_model` takes the base model and the encoded
-training records, calibrates, sets up the method (``params.train.method``, registered in :mod:`empriv.train.methods`:
-its checks, its trainable model, its loop and the facts it records), runs it and logs its curve to the configuration's
-W&B run (:mod:`empriv.infra.tracking`); it returns the
-model and its metrics and saves nothing (the stage layer, :mod:`empriv.pipeline.train` and
-:mod:`empriv.pipeline.audit`, loads the inputs and writes the outputs). The audit passes a
+:func:`calibrate` finds σ for a run's (ε, δ); :func:`train_model` takes a :class:`TrainRequest` (the base model,
+the encoded :class:`TrainingRecords`, the job's settings), calibrates, sets up the method (``params.train.method``,
+registered in :mod:`empriv.train.methods`: its checks, its trainable model, its loop and the facts it records), runs
+it and logs its curve to the configuration's W&B run (:mod:`empriv.infra.tracking`); it returns the model and its
+metrics and saves nothing (the stage layer, :mod:`empriv.pipeline.train` and
+:mod:`empriv.pipeline.audit`, loads the inputs and writes the outputs). The audit's request carries a
 :class:`~empriv.secrets.canaries.CanarySet`, whose member canaries then join the training records.
 The runs' random streams are kept apart by ``job_type`` (:mod:`empriv.randomness`).
 """
@@ -15,6 +15,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
 
 from empriv.config import ConfigError, Params, RunConfig
 
@@ -70,30 +73,77 @@ def spent_epsilons(noise_multiplier: float, sample_rate: float, delta: float, ch
     return {t: epsilon_of(event_at(t), delta, accountant) for t in checkpoints}
 
 
-def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, canaries=None, tokenizer=None,
-                job_type: str = "train", tracker=None, scrub_secrets=(), calibration_cache=None, unit_ids=None,
-                record_tokens=None, record_scores=None, public_ids=None, public_mask=None, checkpoint=None):
-    """Calibrate σ and DP-fine-tune ``base`` on the encoded records (``train_ids``/``train_mask``: [n, L]) for
-    ``run``; returns (model, metrics). Nothing is saved.
+@dataclass(frozen=True, eq=False)
+class TrainingRecords:
+    """The private records a run trains on: ``ids``/``mask`` [n, L] (encoded to the base's sequence length) and, for
+    a user-level unit (``run.unit`` other than ``record``; :mod:`empriv.train.user_level`), ``unit_ids`` (the privacy
+    unit of every record), ``record_tokens`` (every record's full token list: length strategies and chunks) and
+    ``record_scores`` (every record's mean NLL under the initial base model: perplexity strategies)."""
+
+    ids: Any
+    mask: Any
+    unit_ids: Any = None
+    record_tokens: Any = None
+    record_scores: Any = None
+
+
+@dataclass(frozen=True, eq=False)
+class PublicSplit:
+    """The encoded public split (``ids``/``mask`` [n, L]), for the strict DP-Flat / DPZero variants that train
+    something on public data only."""
+
+    ids: Any
+    mask: Any
+
+
+@dataclass(frozen=True, eq=False)
+class TrainRequest:
+    """One DP fine-tuning run for :func:`train_model`: calibrate σ and DP-fine-tune ``base`` on ``records`` for
+    ``run`` under ``params``.
 
     ``canaries`` (an :class:`empriv.secrets.canaries.CanarySet`) adds its *member* canaries to the training
     records — ordinary records under the same DP accounting (n counts them, q = b/n) — and, for ``new_token``
     canaries, extends the base's vocabulary with zero-initialised rows first (``tokenizer`` gives the eos id).
     Without canaries the run is exactly the cube's ordinary run.
 
-    A user-level unit (``run.unit`` other than ``record``; :mod:`empriv.train.user_level`) needs ``unit_ids`` (the
-    privacy unit of every record), ``record_tokens`` (every record's full token list: length strategies and
-    chunks), ``record_scores`` (every record's mean NLL under the initial base model: perplexity strategies)
-    and ``tokenizer`` (chunks); σ is calibrated at the user level and the metrics gain the unit's facts.
+    A user-level unit needs the records' ``unit_ids``, ``record_tokens`` and ``record_scores``
+    (:class:`TrainingRecords`) and the ``tokenizer`` (chunks); σ is calibrated at the user level and the metrics
+    gain the unit's facts. ``public``: the :class:`PublicSplit` the strict variants need (None: not read).
 
-    ``tracker`` (an open :class:`empriv.infra.tracking.Tracker`; the caller finishes it) receives the training curve —
-    loss, realised batch size, σ and the ε spent so far (:func:`spent_epsilons`, at most
-    :data:`~empriv.infra.tracking.MAX_EPSILON_POINTS` steps, the accountant that calibrated σ) — under ``train/`` for
-    the section ``train`` and ``<section>/train/`` otherwise, plus the run's privacy facts (config) and
-    outcome (summary). Without one, a ``train`` job opens the configuration's W&B run itself (section
-    ``train``, ``scrub_secrets`` — rows with text/prompt/continuation — redacted) and finishes it; other job
-    types log nothing.
+    ``job_type`` keeps the runs' random streams apart (:mod:`empriv.randomness`). ``tracker`` (an open
+    :class:`empriv.infra.tracking.Tracker`; the caller finishes it) receives the training curve — loss, realised
+    batch size, σ and the ε spent so far (:func:`spent_epsilons`, at most
+    :data:`~empriv.infra.tracking.MAX_EPSILON_POINTS` steps, the accountant that calibrated σ) — under ``train/``
+    for the section ``train`` and ``<section>/train/`` otherwise, plus the run's privacy facts (config) and
+    outcome (summary). Without one, a ``train`` job opens the configuration's W&B run itself (section ``train``,
+    ``scrub_secrets`` — rows with text/prompt/continuation — redacted) and finishes it; other job types log
+    nothing. ``calibration_cache``: the σ-calibration cache (:mod:`empriv.privacy.cache`; None: none);
+    ``checkpoint``: the run's :class:`~empriv.train.checkpoint.Checkpointer` (None: no checkpoints).
     """
+
+    params: Params
+    run: RunConfig
+    base: Any
+    records: TrainingRecords
+    public: PublicSplit | None = None
+    canaries: Any = None
+    tokenizer: Any = None
+    job_type: str = "train"
+    tracker: Any = None
+    scrub_secrets: Collection[str] = ()
+    calibration_cache: Any = None
+    checkpoint: Any = None
+
+
+def train_model(request: TrainRequest):
+    """Calibrate σ and DP-fine-tune the request's base on its records (:class:`TrainRequest` says what each part
+    does); returns (model, metrics). Nothing is saved."""
+    params, run, base = request.params, request.run, request.base
+    canaries, tokenizer, job_type, tracker = request.canaries, request.tokenizer, request.job_type, request.tracker
+    calibration_cache, checkpoint = request.calibration_cache, request.checkpoint
+    records = request.records
+    train_ids, train_mask = records.ids, records.mask
+    unit_ids, record_tokens, record_scores = records.unit_ids, records.record_tokens, records.record_scores
     import torch
 
     from empriv.models.registry import resolve_device
@@ -178,10 +228,11 @@ def train_model(params: Params, run: RunConfig, base, train_ids, train_mask, *, 
         canary_info["also_trained"] = "input embeddings (new-token canaries)"
     own_tracker = tracker is None and job_type == "train"
     if own_tracker:
-        tracker = open_configuration_run(params, run, section="train", scrub=SecretScrubber(scrub_secrets))
+        tracker = open_configuration_run(params, run, section="train", scrub=SecretScrubber(request.scrub_secrets))
     try:
         job = TrainingJob(params, run, model, ids, mask, privacy=privacy, streams=streams, device=device,
-                          on_step=_no_curve, public=(public_ids, public_mask), checkpoint=checkpoint,
+                          on_step=_no_curve, checkpoint=checkpoint,
+                          public=(None, None) if request.public is None else (request.public.ids, request.public.mask),
                           unit_data=unit_data, eos_id=None if tokenizer is None else tokenizer.eos_id)
         timing = {"t_start": t_start, "t_setup": t_setup}
         return _train_and_track(method, job, n=n, n_data=n_data, canaries=canaries, canary_info=canary_info,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from empriv.checks import require_int
+from empriv.checks import require_int, require_real
 from empriv.models.adaptations import PrefixEncoder, PrefixTunedLM, dp_step
 from empriv.models.lm import per_sample_mean_nll
 from empriv.train.checkpoint import trainable_named
@@ -37,14 +37,6 @@ DEFAULT_ETAS = tuple(i / 10 for i in range(11))
 
 
 # ----------------------------------------------------------------------------- validation
-
-
-def check_real(name: str, value, *, minimum: float, strict: bool) -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
-        and (value > minimum if strict else value >= minimum)
-    if not ok:
-        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}, got {value!r}")
-    return float(value)
 
 
 def check_choice(name: str, value, allowed: Sequence[str]) -> str:
@@ -111,7 +103,7 @@ def unnoised_batch_gradient(model: nn.Module, ids: torch.Tensor, mask: torch.Ten
 
 def awp_perturbation(model: nn.Module, gradient: dict[str, torch.Tensor], gamma: float) -> dict[str, torch.Tensor]:
     """v with v_l = γ·‖w_l‖·g_l/‖g_l‖ per block l of :func:`weight_blocks` (v_l = 0 where ‖g_l‖ = 0)."""
-    gamma = check_real("gamma", gamma, minimum=0.0, strict=True)
+    gamma = require_real("gamma", gamma, gt=0)
     params = dict(_trainable(model))
     v = {n: torch.zeros_like(p) for n, p in params.items()}
     for name, cols in weight_blocks(model):
@@ -162,7 +154,7 @@ def add_kd_gradient(model: nn.Module, w_nor: dict[str, torch.Tensor], lam: float
     The norm is over all trainable parameters together; where w = w_nor nothing is added (subgradient 0).
     A parameter without ``.grad`` gets the term as its gradient. Returns ‖w − w_nor‖₂.
     """
-    lam = check_real("kd_lambda", lam, minimum=0.0, strict=False)
+    lam = require_real("kd_lambda", lam, ge=0)
     named = _trainable(model)
     missing = [n for n, _ in named if n not in w_nor]
     if missing:
@@ -197,7 +189,7 @@ def train_nonprivate_copy(model: nn.Module, ids: torch.Tensor, mask: torch.Tenso
     recorded) or ``"public"`` (strict variant).
     """
     steps = require_int("nor_steps", steps, 0)
-    lr = check_real("nor_lr", lr, minimum=0.0, strict=True)
+    lr = require_real("nor_lr", lr, gt=0)
     data_source = check_choice("kd_data", data_source, DATA_SOURCES)
     if batch_size is not None:
         batch_size = require_int("nor_batch_size", batch_size, 1)
@@ -325,10 +317,7 @@ def greedy_elimination(layers: Sequence[int], sharpness_of: Callable[[tuple[int,
     the smallest ``sharpness_of(layers − {i})`` (first on ties), until ``target_layers`` remain (or, with
     ``stop_when_not_decreasing``, until the best score is not below the current set's)."""
     current = tuple(sorted(int(i) for i in layers))
-    if isinstance(target_layers, bool) or not isinstance(target_layers, numbers.Integral) \
-            or not 1 <= target_layers <= len(current):
-        raise ValueError(f"target_layers must be an integer in [1, {len(current)}] (the prefix's layer count), "
-                         f"got {target_layers!r}")
+    require_int("target_layers", target_layers, 1, len(current), meaning="at most the prefix's layer count")
     current_score = sharpness_of(current)
     initial = current_score
     rounds = []

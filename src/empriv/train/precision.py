@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from empriv.checks import require_int
+
 log = logging.getLogger("empriv.train")
 
 PRECISIONS = ("fp32", "bf16")
@@ -87,8 +89,7 @@ def grad_samples_to_fp32(params: Iterable[torch.nn.Parameter]) -> None:
 def auto_start(batch_size: int, cap: int = AUTO_CAP) -> int:
     """The first size ``auto`` tries: the smallest power of two ≥ b, at most ``cap``
     (b = 100 → 128: a typical Poisson batch of ~100 ± 10 is one micro-batch)."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    require_int("batch_size", batch_size, 1)
     return min(cap, 1 << math.ceil(math.log2(batch_size)))
 
 
@@ -101,8 +102,7 @@ def probe_micro_batch_size(try_batch: Callable[[int], None], start: int, *, devi
     state behind. Between tries the CUDA cache is emptied (when CUDA is in use). Any other exception
     propagates unchanged.
     """
-    if start < 1:
-        raise ValueError(f"start must be >= 1, got {start}")
+    require_int("start", start, 1)
     tried: list[int] = []
     m = start
     while m >= 1:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from empriv.checks import require_int
+from empriv.checks import require_int, require_real
 
 # (step, sampled unit indices) -> (ids [R, L], mask [R, L], unit id of every record [R])
 RecordSelector = Callable[[int, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -32,10 +32,8 @@ def poisson_batches(n: int, sample_rate: float, steps: int, generator: torch.Gen
 
     Batch sizes vary (mean q·n) and may be empty: the DP step must still add noise and count.
     """
-    if not 0 < sample_rate <= 1:
-        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    require_real("sample_rate", sample_rate, gt=0, le=1)
+    require_int("steps", steps, 1)
     for _ in range(steps):
         yield torch.nonzero(torch.rand(n, generator=generator) < sample_rate, as_tuple=False).flatten()
 
@@ -47,9 +45,7 @@ def poisson_unit_batches(n_units: int, unit_sample_rate: float, steps: int,
 
     Sizes vary around q·N and may be 0: the step must still be noised and counted.
     """
-    if isinstance(unit_sample_rate, bool) or not isinstance(unit_sample_rate, (int, float)) \
-            or not 0 < unit_sample_rate <= 1:
-        raise ValueError(f"unit_sample_rate (q) must be in (0, 1], got {unit_sample_rate!r}")
+    require_real("unit_sample_rate", unit_sample_rate, gt=0, le=1, meaning="q")
     n_units, steps = require_int("n_units", n_units, 1), require_int("steps", steps, 1)
     if not isinstance(generator, torch.Generator):
         raise ValueError(f"generator must be a torch.Generator (a seeded stream), got {type(generator).__name__}")
@@ -72,8 +68,7 @@ def check_records(ids: torch.Tensor, mask: torch.Tensor, unit_ids) -> torch.Tens
 
 def micro_batches(indices: torch.Tensor, size: int) -> list[torch.Tensor]:
     """Split a logical batch into physical micro-batches of at most ``size`` (an empty batch → [empty])."""
-    if size < 1:
-        raise ValueError(f"micro batch size must be >= 1, got {size}")
+    require_int("micro batch size", size, 1)
     if indices.numel() == 0:
         return [indices]
     return list(torch.split(indices, size))
@@ -81,8 +76,7 @@ def micro_batches(indices: torch.Tensor, size: int) -> list[torch.Tensor]:
 
 # -------------------------------------------------------------------------------------------- strategies
 def _remaining(start: int, steps: int) -> int:
-    if not 0 <= start <= steps:
-        raise ValueError(f"start must be in [0, steps={steps}], got {start}")
+    require_int("start", start, 0, steps, meaning="at most steps")
     return steps - start
 
 

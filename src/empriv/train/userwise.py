@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from empriv.checks import require_int
+from empriv.checks import require_int, require_real
 from empriv.train.sampling import RecordSelector, UserSampling, check_records
 
 STRATEGIES = ("per_unit", "per_record")  # how per-unit gradients are computed (module docstring)
@@ -69,29 +69,19 @@ STRATEGIES = ("per_unit", "per_record")  # how per-unit gradients are computed (
 
 
 def check_clip_norm(clip_norm) -> float:
-    if isinstance(clip_norm, bool) or not isinstance(clip_norm, (int, float)) or not clip_norm > 0 or math.isinf(clip_norm):
-        raise ValueError(f"clip_norm (C) must be a finite number > 0, got {clip_norm!r}")
-    return float(clip_norm)
+    return require_real("clip_norm", clip_norm, gt=0, meaning="C")
 
 
 def check_noise_multiplier(noise_multiplier) -> float:
-    if (isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, (int, float))
-            or not noise_multiplier >= 0 or math.isinf(noise_multiplier)):
-        raise ValueError(f"noise_multiplier (σ) must be a finite number >= 0, got {noise_multiplier!r}")
-    return float(noise_multiplier)
+    return require_real("noise_multiplier", noise_multiplier, ge=0, meaning="σ")
 
 
 def check_unit_sample_rate(q) -> float:
-    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
-        raise ValueError(f"unit_sample_rate (q) must be in (0, 1], got {q!r}")
-    return float(q)
+    return require_real("unit_sample_rate", q, gt=0, le=1, meaning="q")
 
 
 def check_expected_units(expected_units) -> float:
-    if (isinstance(expected_units, bool) or not isinstance(expected_units, (int, float))
-            or not expected_units > 0 or math.isinf(expected_units)):
-        raise ValueError(f"expected_units (q·N) must be a finite number > 0, got {expected_units!r}")
-    return float(expected_units)
+    return require_real("expected_units", expected_units, gt=0, meaning="q·N")
 
 
 # --------------------------------------------------------------------------- sampling
