@@ -137,7 +137,7 @@ class Params(_Section):
 
     def expected_inputs(self) -> dict[str, str]:
         """The ``inputs`` mapping these params need (:func:`expected_inputs`)."""
-        return expected_inputs(self.data.path, self.secrets.overrides, self.base.name)
+        return expected_inputs(self.data.path, self.secrets.overrides, self.base.name, self.data.public_path)
 
     @model_validator(mode="after")
     def _tokenizer_base(self) -> "Params":
