@@ -36,7 +36,8 @@ class Params(_Section):
     adaptation_audit: AdaptationAuditParams = AdaptationAuditParams()
     sweep: SweepParams = SweepParams()
     # the raw files outside the repository that params name, as DVC deps (dvc.yaml's input@<key> stages): corpus =
-    # data.path, overrides = secrets.overrides, base = a local base.name; {} for the built-in sources and bases
+    # data.path, overrides = secrets.overrides, base = a local base.name, public = data.public_path; {} for the built-in
+    # sources and bases
     inputs: dict[str, str] = {}
 
     @model_validator(mode="before")

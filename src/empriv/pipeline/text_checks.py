@@ -124,7 +124,6 @@ def text_corpus_errors(params: Params, root: Path, path: Path, cache) -> list[st
     return errors
 
 
-
 def public_facts(params: Params, root: Path, path: Path, given: list[tuple[int, str, str, str]] | None) -> dict:
     """What prepare would find in the public file: ``problems`` (lines), ``records``, ``dropped`` (also a record of
     the corpus) and the ``given`` secrets that occur in the public split (their line and id)."""
