@@ -53,7 +53,7 @@ $(STAMP): pyproject.toml requirements.lock Makefile
 	@touch $@
 
 # validate first: DVC deletes a stage's outputs before the stage's own checks run, so a bad params.yaml
-# (or dvc.yaml cube matrix, or raw input the params name: corpus, overrides, base; or runtime.device on this machine)
+# (or dvc.yaml cube matrix, or raw input the params name: corpus, overrides, base, public; or runtime.device here)
 # must stop here, one line per problem, with every output untouched. It runs before any DVC call, so a params shape
 # DVC's own parser rejects (cube.epsilon: 64, not a list) is reported here; plain `dvc repro` needs lists.
 # --fill-defaults writes back the defaults of keys a stage reads that params.yaml leaves out (DVC would see them as

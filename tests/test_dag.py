@@ -123,7 +123,7 @@ def test_raw_inputs_are_dependencies_through_one_input_stage_each(dvc):
     assert stages["input"]["foreach"] == "${inputs}" and "${item}" in body["deps"]
     # persist: a file failing its content check (empriv.pipeline.input_checks) keeps the last good fingerprint
     assert body["outs"] == [{"data/inputs/${key}/fingerprint.json": {"persist": True}}]
-    assert "data/inputs/corpus" in stages["prepare"]["deps"]
+    assert "data/inputs/corpus" in stages["prepare"]["deps"] and "data/inputs/public" in stages["prepare"]["deps"]
     assert "data/inputs/overrides" in stages["secrets"]["deps"]
     assert "data/inputs/base" in stages["base"]["deps"] and "data/inputs/base" in stages["tokenizer"]["deps"]
     from empriv.config import RAW_INPUTS

@@ -793,6 +793,88 @@ def test_a_pretrained_local_base_is_used_end_to_end_with_its_own_tokenizer(tmp_p
     assert AutoModelForCausalLM.from_pretrained(str(work / "models/audit/record/lora" / audit)).config.vocab_size > gpt2.vocab_size  # + new-token canaries
 
 
+def test_own_corpus_with_canaries_only_is_scored_by_the_audit_end_to_end(tmp_path):
+    """data.source: text with data.secret_kind: canaries (issue 44) through prepare, secrets, train, score, canaries,
+    audit and analyze: no string of the corpus is scored (score@ has utility only), the canary audit of the
+    configuration that shares the main run's name gives its privacy numbers (AUC, TPR, ε̂, member/non-member loss),
+    analyze joins them into the run table, the metrics and the report, and no canary, canary text or corpus record
+    reaches W&B, the logs, metrics, records or the report."""
+    import random
+
+    rng = random.Random(0)
+    words = ("the a meeting project budget report team weather garden coffee train city river book music letter "
+             "friend week plan order review").split()
+    rows = [{"text": f"Note {i}: " + " ".join(rng.choice(words) for _ in range(rng.randint(8, 30))) + ".",
+             "who": f"u{i % 23}"} for i in range(600)]
+    corpus = tmp_path / "raw" / "corpus.jsonl"
+    corpus.parent.mkdir()
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    data = {**{k: v for k, v in TINY["data"].items() if k != "secret_frequencies"}, "source": "text",
+            "path": str(corpus), "user_field": "who", "secret_kind": "canaries"}
+    point = {"epsilon": [8], "batch_size": [32], "steps": [3], "learning_rate": [0.01], "seed": [0]}
+    overrides = {**TINY, "data": data, "inputs": {"corpus": str(corpus)},
+                 "cube": {**point, "epsilon": [8, "inf"]},
+                 "audit": {**TINY["audit"], "cube": point}}  # the audit point is the main cube's ε = 8 run
+    work, _, proc = make_repo(tmp_path, overrides)
+    ran = _ran_stages(proc)
+    for stage in ("input@corpus", "prepare", "secrets", "train@8-32-3-0.01-0-record-full",
+                  "score@8-32-3-0.01-0-record-full", "canaries", "audit@8-32-3-0.01-0-record-full", "analyze"):
+        assert stage in ran, stage
+    check_canaries_only_run(work, proc.stdout + proc.stderr, [r["text"] for r in rows])
+
+
+def check_canaries_only_run(work: Path, logs: str, records: list[str]) -> None:
+    """The outputs of a canaries-only run of an own corpus (``records``) whose audit cube holds the main cube's
+    ``eps8-b32-T3-lr0.01-s0``: see the test above."""
+    import polars as pl
+
+    from empriv.infra.tracking import SecretScrubber
+    from empriv.models.tokenizer import Tokenizer
+    from empriv.secrets.canaries import CanarySet
+
+    prep = json.loads((work / "records/prepare.json").read_text())
+    assert prep["source"] == "text" and prep["secret_kind"] == "canaries" and prep["n_train"] == 400
+    assert (work / "data/secrets.jsonl").read_text() == "" and (work / "data/secrets_filtered.jsonl").read_text() == ""
+    secrets = json.loads((work / "records/secrets.json").read_text())
+    assert secrets["n_secrets"] == 0 and secrets["secret_kind"] == "canaries"
+    run = "eps8-b32-T3-lr0.01-s0"
+    for name in (run, "epsinf-b32-T3-lr0.01-s0"):
+        score = json.loads((work / f"records/score/record/full/{name}.json").read_text())
+        assert score["n_secrets"] == 0 and score["per_secret"] == [] and math.isfinite(score["test_nll"])
+        assert score["acr_protocol"]["ran"] is False and score.get("exposure_gap_mean") is None
+    audit = json.loads((work / f"records/audit/record/full/{run}.json").read_text())
+    assert audit["audit_n_canaries"] == 120 and audit["audit_n_guesses"] == 20 and 0 <= audit["audit_n_correct"] <= 20
+    assert 0.0 <= audit["audit_auc"] <= 1.0 and 0.0 <= audit["audit_eps_lb_95"] <= audit["audit_epsilon_upper"]
+    assert audit["train"]["n"] == 400 + audit["audit_n_members"]
+    # analyze: the audit's numbers joined to the main run of the same name; no secret score has a value
+    table = pl.read_csv(work / "records/runs.csv").filter(pl.col("config") == f"{run}-full")
+    assert table["audit_auc"][0] == pytest.approx(audit["audit_auc"])
+    assert table["audit_eps_lb_95"][0] == pytest.approx(audit["audit_eps_lb_95"])
+    analysis = json.loads((work / "records/analysis.json").read_text())
+    assert {"audit_eps_lb_95", "audit_eps_lb_99", "audit_auc"} <= set(analysis["audit_columns"])
+    assert analysis["privacy_scores"] == [] and analysis["primary_score"] is None
+    assert "no empirical privacy score has values: only utility is analysed" in analysis["notes"]
+    summary = json.loads((work / "metrics/summary.json").read_text())
+    assert summary["eps8"]["audit_eps_lb_95"] == pytest.approx(audit["audit_eps_lb_95"], abs=1e-3)
+    assert summary["eps8"]["exposure_gap_mean"]["n"] == 0 and summary["eps8"]["test_nll"]["n"] == 1
+    assert "audit_eps_lb_95" in (work / "reports/report.html").read_text()
+    # secrets stay local: canaries (token ids, as the scrubber spells them, and decoded prefixes) and raw records
+    tok = Tokenizer.load(work / "models/tokenizer")
+    canaries = CanarySet.load(work / "data/canaries")
+    needles = SecretScrubber().with_canaries(canaries, tok).needles
+    needles += [t for c in canaries.canaries if len(t := tok.decode(list(c.prefix)).strip()) >= 12]
+    needles += records
+    assert len(needles) > len(records) + 120
+    wandb_files = [p for p in (work / "wandb").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".wandb" for p in wandb_files), "the train and audit runs must have written offline W&B runs"
+    written = [*wandb_files, *(p for d in ("metrics", "records", "reports", "plots") for p in (work / d).rglob("*")
+                               if p.is_file())]
+    for p in written:
+        data_bytes = p.read_bytes()
+        assert not [n for n in needles if n.encode() in data_bytes], p.relative_to(work)
+    assert not [n for n in needles if n in logs]
+
+
 def test_a_train_stage_killed_mid_run_resumes_through_the_pipeline_counting_epsilon_once(repo, tmp_path):
     """Issue 29: kill -9 during a train@ run with runtime.checkpoint_every, then `dvc repro train@…`: DVC deletes the
     stage's outputs, not its checkpoints (.empriv/checkpoints), so the run resumes where it was and its ε is the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import math
 import os
 import shutil
@@ -236,6 +237,34 @@ def test_fix_inputs_rewrites_only_the_inputs_and_keeps_comments(tmp_path):
     raw["data"] = {"source": "synthetic-enron"}
     path.write_text(yaml.safe_dump(raw))
     assert fix_inputs(path) == {} and validate_project(path, tmp_path / "no-dvc.yaml").inputs == {}
+
+
+def test_the_public_file_is_a_raw_input_as_the_corpus_is(tmp_path):
+    from empriv.config import expected_inputs
+    from empriv.pipeline.validate import fix_inputs, validate_project
+
+    corpus, public = tmp_path / "c.jsonl", tmp_path / "p.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"record {i} of the corpus"}) + "\n" for i in range(30)))
+    public.write_text("".join(json.dumps({"text": f"public record {i}"}) + "\n" for i in range(12)))
+    raw = with_("data", {"source": "text", "path": str(corpus), "n_train": 10, "public": "file",
+                         "public_path": str(public)})
+    assert parse_params(raw).expected_inputs() == {"corpus": str(corpus), "public": str(public)}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({**raw, "inputs": {"corpus": str(corpus)}}))
+    with pytest.raises(ConfigError) as info:
+        validate_project(tmp_path / "params.yaml", tmp_path / "no-dvc.yaml")
+    assert info.value.lines == [f"inputs.public: missing: data.public_path names a raw file DVC must track, or an edit "
+                                f"to it would not re-run the DAG; run `empriv validate --fix-inputs` or add it (allowed: "
+                                f"inputs: {{public: {public}}})"]
+    assert one_line({**raw, "inputs": {"corpus": str(corpus), "public": str(corpus)}}) == (
+        f"inputs.public: must name data.public_path's file (got {str(corpus)!r}; allowed: {str(public)!r})")
+    builtin = with_("data", {"source": "text", "path": str(corpus), "n_train": 10})
+    assert one_line({**builtin, "inputs": {"corpus": str(corpus), "public": str(public)}}) == (
+        f"inputs.public: data.public_path names no raw file (null, or a built-in or hub base): remove inputs.public "
+        f"(got {str(public)!r}; allowed: no inputs.public)")
+    assert fix_inputs(tmp_path / "params.yaml") == {"corpus": str(corpus), "public": str(public)}
+    assert validate_project(tmp_path / "params.yaml", tmp_path / "no-dvc.yaml").inputs == {
+        "corpus": str(corpus), "public": str(public)}
+    assert expected_inputs(None, None, "tiny-gpt2", "~/p.txt") == {"public": os.path.expanduser("~/p.txt")}
 
 
 def test_stale_input_fingerprints_are_pruned(tmp_path):

@@ -223,7 +223,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     v.add_argument("--dvc-yaml", default="dvc.yaml", help="the pipeline whose cube matrices must match the params "
                    "(skipped when the file does not exist)")
     v.add_argument("--fix-inputs", action="store_true", help="first set the params file's inputs (the raw files DVC "
-                   "tracks) to those data.path, secrets.overrides and a local base.name name; comments are kept")
+                   "tracks) to those data.path, secrets.overrides, a local base.name and data.public_path name; "
+                   "comments are kept")
     v.add_argument("--fill-defaults", action="store_true", help="then write into the params file the defaults of "
                    "the keys dvc.yaml's stages read that it leaves out (DVC sees a missing key as changed; make repro "
                    "and the validate stage do this)")

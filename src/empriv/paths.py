@@ -71,7 +71,7 @@ ANALYSIS_PLOTS_DIR = Path("plots/analysis")
 REPORT = Path("reports/report.html")
 
 # the raw inputs outside the repository (input@<key> stages): data/inputs/<key>/fingerprint.json, one git-tracked
-# directory per key (corpus, overrides, base) that the dependent stages depend on
+# directory per key (corpus, overrides, base, public) that the dependent stages depend on
 INPUTS_DIR = Path("data/inputs")
 
 # the DAG's guard (output of the validate stage; not in git)

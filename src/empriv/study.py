@@ -70,12 +70,13 @@ def resolve_preset(name: str, root: Path, data_path: str | None = None) -> dict:
     data = raw.setdefault("data", {})
     if data_path is not None:
         data["path"] = data_path
-    for section, key in (("data", "path"), ("secrets", "overrides")):
+    for section, key in (("data", "path"), ("data", "public_path"), ("secrets", "overrides")):
         value = (raw.get(section) or {}).get(key)
         if value and not Path(value).expanduser().is_absolute():
             raw[section][key] = str((root / value).resolve())
     raw["inputs"] = expected_inputs((raw.get("data") or {}).get("path"), (raw.get("secrets") or {}).get("overrides"),
-                                    (raw.get("base") or {}).get("name"))  # the raw files DVC tracks (input@<key>)
+                                    (raw.get("base") or {}).get("name"),
+                                    (raw.get("data") or {}).get("public_path"))  # the raw files DVC tracks (input@<key>)
     parse_params(raw)  # fails here, before any worktree or output is touched
     return raw
 

@@ -144,3 +144,158 @@ def test_prepare_stage_writes_the_splits_and_the_secret_choice(tmp_path, monkeyp
     assert (metrics["source"], metrics["n_train"], metrics["n_public"], metrics["split"]) == ("text", 20, 30, "seeded")
     assert read_json(tmp_path / "data/prepared/text_corpus.json") == {"secret_kind": "patterns"}
     assert len(read_jsonl(tmp_path / "data/prepared/train.jsonl")) == 20
+
+
+# --------------------------------------------------------------------------- data.public: file (a second file)
+def test_a_public_file_is_the_public_split_without_any_record_of_the_corpus(tmp_path):
+    from empriv.data.text import drop_private_overlap, overlap_key
+
+    rows = _rows(40)
+    path = _write_jsonl(tmp_path / "c.jsonl", rows)
+    # the public file: the corpus's format and text field; two of its records are records of the corpus (one
+    # re-wrapped and re-spaced): whatever split a record fell in (or none, past n_train), it is not public
+    public_rows = [{"body": f"a public-domain sentence number {i}"} for i in range(12)]
+    public_rows.insert(2, {"body": "  record number 5 says\nhello to   everyone "})
+    public_rows.append({"body": rows[38]["body"]})
+    public = _write_jsonl(tmp_path / "p.jsonl", public_rows)
+    d = _data(path, text_field="body", public="file", public_path=str(public))
+    prepared = text_prepared(d, *load_text_corpus(path, text_field="body"),
+                             public=load_text_corpus(public, text_field="body"))
+    assert [r["text"] for r in prepared.splits["public"]] == [f"a public-domain sentence number {i}" for i in range(12)]
+    assert [r["id"] for r in prepared.splits["public"]][:2] == ["public-000000", "public-000001"]
+    assert prepared.metrics()["public"] == {"from": "file", "load": {"format": "jsonl", "n_rows": 14,
+                                                                      "n_empty_skipped": 0},
+                                            "records": 14, "dropped_private_overlap": 2, "used": 12}
+    private = {overlap_key(r["text"]) for s in ("train", "validation", "test") for r in prepared.splits[s]}
+    assert not private & {overlap_key(r["text"]) for r in prepared.splits["public"]}
+    # n_public caps the split (the first records of the file); the training split is that of the corpus alone
+    small = text_prepared(_data(path, text_field="body", public="file", public_path=str(public), n_public=10),
+                          *load_text_corpus(path, text_field="body"), public=load_text_corpus(public, text_field="body"))
+    assert [r["text"] for r in small.splits["public"]] == [r["text"] for r in prepared.splits["public"][:10]]
+    assert small.splits["train"] == prepared.splits["train"]
+    assert drop_private_overlap([TextRecord("a  b"), TextRecord("c")], ["a b\n"]) == ([TextRecord("c")], 1)
+    # the public file as the corpus itself: nothing is left, an error that shows no text
+    with pytest.raises(ConfigError, match=r"data.public_path: .*c.jsonl: every one of its 40 records is also a record "
+                                          r"of data.path") as info:
+        text_prepared(_data(path, text_field="body", public="file", public_path=str(path)),
+                      *load_text_corpus(path, text_field="body"), public=load_text_corpus(path, text_field="body"))
+    assert "hello" not in str(info.value)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(json.dumps({"body": "  "}) + "\n")
+    with pytest.raises(ConfigError, match=r"data.public_path: .*empty.jsonl: no record with a non-empty text"):
+        text_prepared(_data(path, text_field="body", public="file", public_path=str(empty)),
+                      *load_text_corpus(path, text_field="body"), public=load_text_corpus(empty, text_field="body"))
+    # the built-in public split: no public count, as before
+    assert "public" not in text_prepared(_data(path, text_field="body"), *load_text_corpus(path, text_field="body")).counts
+
+
+def test_public_records_of_the_corpus_that_are_also_private_records_are_dropped(tmp_path):
+    rows = _rows(40)
+    for r in rows[:5]:
+        r["part"] = "public"
+    rows[1]["body"] = rows[10]["body"]  # a public record that is also a training record
+    path = _write_jsonl(tmp_path / "c.jsonl", rows)
+    d = _data(path, text_field="body", split_field="part", public="split")
+    prepared = text_prepared(d, *load_text_corpus(path, text_field="body", split_field="part", allow_public=True))
+    assert [r["text"] for r in prepared.splits["public"]] == [rows[i]["body"] for i in (0, 2, 3, 4)]
+    assert prepared.counts["public"] == {"from": "split", "records": 5, "dropped_private_overlap": 1, "used": 4}
+
+
+def test_public_file_keys_are_checked(tmp_path):
+    path = _write_jsonl(tmp_path / "c.jsonl", _rows(20))
+    public = _write_jsonl(tmp_path / "p.jsonl", [{"body": "public"}])
+    with pytest.raises(ConfigError, match=r"^data.public: needs data.public_path \(the file of public records\) "
+                                          r"\(got 'file'; allowed: builtin, split with data.split_field set, or file "
+                                          r"with data.public_path set\)$"):
+        _data(path, public="file")
+    with pytest.raises(ConfigError, match=r"^data.public_path: applies to data.public: file only, not data.public "
+                                          r"'builtin' \(got '.*p.jsonl'; allowed: null, or data.public: file\)$"):
+        _data(path, public_path=str(public))
+    with pytest.raises(ConfigError, match=r"^data.public_path: file does not exist \(got '.*absent.jsonl'"):
+        _data(path, public="file", public_path=str(tmp_path / "absent.jsonl"))
+    with pytest.raises(ConfigError, match=r"data.public_path: applies to data.source text only"):
+        parse_params({"data": {"public_path": str(public)}, "cube": CUBE})
+    d = _data(path, public="file", public_path=str(public))
+    assert (d.public, d.public_path) == ("file", str(public))
+    params = parse_params({"data": {"source": "text", "path": str(path), "n_train": 10, "public": "file",
+                                    "public_path": str(public)}, "cube": CUBE,
+                           "inputs": {"corpus": str(path), "public": str(public)}})
+    assert params.expected_inputs() == {"corpus": str(path), "public": str(public)} == params.inputs
+
+
+def test_prepare_stage_reads_the_public_file_and_records_what_it_dropped(tmp_path, monkeypatch, caplog):
+    from empriv.pipeline.prepare import main as prepare
+
+    rows = _rows(40)
+    path = _write_jsonl(tmp_path / "c.jsonl", rows)
+    public = tmp_path / "public.txt"  # another format than the corpus's: each file by its own extension
+    public.write_text("".join(f"public line {i}\n" for i in range(12)) + rows[3]["body"] + "\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    params = parse_params({"data": {"source": "text", "path": "c.jsonl", "text_field": "body", "n_train": 20,
+                                    "n_validation": 2, "n_test": 2, "n_public": 30, "public": "file",
+                                    "public_path": "public.txt"}, "cube": CUBE}, root=tmp_path)
+    with caplog.at_level("WARNING"):
+        metrics = prepare(params)
+    assert metrics["n_public"] == 12 and metrics["public"]["dropped_private_overlap"] == 1
+    assert read_json(tmp_path / "records/prepare.json")["public"] == {
+        "from": "file", "load": {"format": "lines", "n_rows": 13, "n_empty_skipped": 0}, "records": 13,
+        "dropped_private_overlap": 1, "used": 12}
+    assert [r["text"] for r in read_jsonl(tmp_path / "data/prepared/public.jsonl")] == [f"public line {i}"
+                                                                                        for i in range(12)]
+    assert "1 public record(s) dropped" in caplog.text and rows[3]["body"] not in caplog.text
+
+
+@pytest.mark.slow
+def test_editing_the_public_file_re_runs_prepare(tmp_path):
+    """The real DVC pipeline up to prepare in a scratch copy of the repository: the public file is a raw input like
+    the corpus (input@public), `dvc status` is clean after the run, an edit in place makes it stale and re-runs
+    prepare, which writes the new public split."""
+    import shutil
+    import subprocess
+
+    from test_pipeline import ROOT, TINY, _env, _ran_stages, _run, write_params
+
+    work = tmp_path / "repo"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for rel in filter(None, files.split("\0")):
+        if (ROOT / rel).is_file() and not rel.startswith(("metrics/", "records/", "plots/", "dvc.lock", "results/")):
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, work / rel)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    corpus = _write_jsonl(raw / "corpus.jsonl", _rows(600))
+    public = raw / "public.txt"
+    public.write_text("".join(f"a public sentence about the river number {i}\n" for i in range(40)), encoding="utf-8")
+    data = {**{k: v for k, v in TINY["data"].items() if k != "secret_frequencies"}, "source": "text",
+            "path": str(corpus), "text_field": "body", "public": "file", "public_path": str(public)}
+    write_params(work, {**TINY, "data": data, "inputs": {"corpus": str(corpus), "public": str(public)}})
+    env = _env(tmp_path)
+    git = ["git", "-c", "user.name=empriv-test", "-c", "user.email=test@example.invalid"]
+    _run(["git", "init", "-q"], work, env)
+    _run(git + ["add", "-A"], work, env)
+    _run(git + ["commit", "-qm", "fixture"], work, env)
+    ran = _ran_stages(_run(["dvc", "repro", "prepare"], work, env))
+    assert {"input@corpus", "input@public", "prepare"} <= set(ran)
+    fingerprint = read_json(work / "data/inputs/public/fingerprint.json")
+    assert fingerprint["param"] == "data.public_path" and fingerprint["files"] == 1
+    assert [r["text"] for r in read_jsonl(work / "data/prepared/public.jsonl")][:1] == [
+        "a public sentence about the river number 0"]
+
+    def stale() -> set[str]:
+        return set(json.loads(_run(["dvc", "status", "--json", "--with-deps", "prepare"], work, env).stdout or "{}"))
+
+    assert stale() == set()
+    with open(public, "a", encoding="utf-8") as fh:  # an edit in place: same path, same params
+        fh.write("one more public sentence\n" + _rows(600)[7]["body"] + "\n")  # and a record of the corpus
+    assert stale() == {"input@public"}  # its dep changed; prepare follows once the new fingerprint is written
+    ran = _ran_stages(_run(["dvc", "repro", "prepare"], work, env))
+    assert {"input@public", "prepare"} <= set(ran) and "input@corpus" not in ran and stale() == set()
+    texts = [r["text"] for r in read_jsonl(work / "data/prepared/public.jsonl")]
+    assert len(texts) == 41 and texts[-1] == "one more public sentence"
+    assert read_json(work / "records/prepare.json")["public"]["dropped_private_overlap"] == 1
+    # a public file that fails its check in place stops input@public before prepare, every output as it was
+    before = (work / "data/prepared/public.jsonl").read_bytes()
+    public.write_text("")
+    proc = _run(["dvc", "repro", "prepare"], work, env, check=False)
+    assert proc.returncode != 0 and ("data.public_path: " + str(public) + ": empty file") in proc.stderr
+    assert (work / "data/prepared/public.jsonl").read_bytes() == before

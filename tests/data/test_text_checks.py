@@ -26,10 +26,10 @@ def _jsonl(path: Path, n: int, **extra) -> Path:
     return path
 
 
-def _errors(root: Path, path: Path, overrides: Path | None = None, **data) -> list[str]:
+def _errors(root: Path, path: Path, overrides: Path | None = None, keys=("corpus",), **data) -> list[str]:
     params = parse_params({"data": {"source": "text", "path": path.name, "n_train": 10, **data}, "cube": CUBE,
                            "secrets": {"overrides": overrides.name if overrides else None}}, root=root)
-    return input_errors(params, root, cache_path=None, keys=("corpus",))
+    return input_errors(params, root, cache_path=None, keys=keys)
 
 
 def test_each_bad_file_is_one_line(tmp_path):
@@ -90,6 +90,49 @@ def test_secret_choices_are_checked_against_the_corpus(tmp_path):
         "data.n_train = 10 of data.path; allowed: a string of the training data)"]
     assert _errors(tmp_path, path, given, secret_kind="canaries") == [
         "secrets.overrides: given.jsonl: data.secret_kind canaries scores no secret (allowed: null)"]
+
+
+def test_the_public_file_is_checked_as_the_corpus_is_and_against_it(tmp_path):
+    corpus = _jsonl(tmp_path / "c.jsonl", 30)
+    public = tmp_path / "p.jsonl"
+
+    def errors(**data):
+        return _errors(tmp_path, corpus, keys=("public",), **{"public": "file", "public_path": public.name, **data})
+
+    where = "data.public_path: p.jsonl: "
+    public.write_text("")
+    assert errors() == [where + "empty file (allowed: a jsonl file with at least one record)"]
+    public.write_bytes(gzip.compress(b'{"text": "x"}\n'))
+    assert errors() == [where + "a gzip-compressed file, not jsonl text (allowed: a UTF-8 jsonl file; decompress or "
+                                "convert it first)"]
+    public.write_text(json.dumps({"body": "a public text"}) + "\n{broken\n" + json.dumps({"text": " "}) + "\n")
+    assert errors() == [where + "line 2: not valid JSON (allowed: one JSON object per line)",
+                        where + "data.text_field: 'text' is missing from 1 of 3 records (first: line 1; allowed: a "
+                                "field every record has)"]
+    public.write_text(json.dumps({"text": " "}) + "\n")
+    assert errors() == [where + "no record with a non-empty text (1 read, 1 empty; allowed: a file of public records)"]
+    # every public record is a record of the corpus (up to whitespace): nothing would be left
+    public.write_text("".join(json.dumps({"text": f"record {i} is about\tthe weather today "}) + "\n" for i in (3, 7)))
+    assert errors() == [where + "every one of its 2 records is also a record of data.path (the same text up to "
+                                "whitespace), so no public record is left (allowed: public records that are not in "
+                                "the corpus)"]
+    public.write_text(public.read_text() + json.dumps({"text": "a public text is about the weather"}) + "\n")
+    assert errors() == []  # one record left: prepare drops the other two and counts them
+    # a given secret that the public split would hold: the secrets stage's leak check would refuse it, validation
+    # says so first (its id, never its text)
+    given = tmp_path / "given.jsonl"
+    given.write_text(json.dumps({"id": "w", "prompt": "is about the", "continuation": " weather"}) + "\n")
+    assert _errors(tmp_path, corpus, given, keys=("public",), secret_kind="given", public="file",
+                   public_path=public.name) == [
+        "secrets.overrides: given.jsonl line 1 (id w): the secret occurs in the public split (records of "
+        "data.public_path: p.jsonl; allowed: a string the public file does not hold)"]
+    # the check belongs to validation's default keys; the corpus check alone does not read the public file
+    params = parse_params({"data": {"source": "text", "path": corpus.name, "n_train": 10, "public": "file",
+                                    "public_path": public.name}, "cube": CUBE}, root=tmp_path)
+    public.write_text("")
+    assert input_errors(params, tmp_path, cache_path=None) == [where + "empty file (allowed: a jsonl file with at "
+                                                                       "least one record)"]
+    assert input_errors(params, tmp_path, cache_path=None, keys=("corpus",)) == []
 
 
 @pytest.mark.slow

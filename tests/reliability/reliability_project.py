@@ -65,7 +65,7 @@ class Project:
 
         p = self.params
         inputs = expected_inputs(p.get("data", {}).get("path"), p.get("secrets", {}).get("overrides"),
-                                 p.get("base", {}).get("name"))
+                                 p.get("base", {}).get("name"), p.get("data", {}).get("public_path"))
         if inputs:
             p["inputs"] = inputs
         (self.root / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))

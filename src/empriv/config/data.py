@@ -60,7 +60,9 @@ class DataParams(_Section):
     text_field: str = "text"  # the field (column) holding a record's text
     user_field: str | None = None  # the privacy unit of user-level DP (e.g. a sender); null: each record its own
     split_field: str | None = None  # train / validation / test (and public) per record; null: a seeded 90/5/5 split
-    public: Literal["builtin", "split"] = "builtin"  # the tiny base's public split: built-in English, or split 'public'
+    # the tiny base's public split: built-in English, the corpus's records of split 'public', or data.public_path
+    public: Literal["builtin", "split", "file"] = "builtin"
+    public_path: str | None = None  # data.public: file: a second file of public records (data.path's format and field)
     max_tokens: int | None = Field(None, ge=1)  # GPT-2 tokens a record may have (null: any; the window cuts it)
     long_records: Literal["truncate", "drop"] = "truncate"  # what prepare does with a record over max_tokens
     secret_kind: Literal["mined", "patterns", "given", "canaries"] = "mined"  # which strings are scored as secrets
@@ -103,7 +105,16 @@ class DataParams(_Section):
                                      getattr(self, key), repr(default), key=key)
         elif self.public == "split" and self.split_field is None:
             raise ParamError("needs data.split_field (the records whose split is 'public')", self.public,
-                             "builtin, or split with data.split_field set", key="public")
+                             "builtin, split with data.split_field set, or file with data.public_path set", key="public")
+        elif self.public == "file" and self.public_path is None:
+            raise ParamError("needs data.public_path (the file of public records)", self.public,
+                             "builtin, split with data.split_field set, or file with data.public_path set", key="public")
+        elif self.public != "file" and self.public_path is not None:
+            raise ParamError(f"applies to data.public: file only, not data.public {self.public!r}", self.public_path,
+                             "null, or data.public: file", key="public_path")
+        elif self.public_path is not None and not _existing_path(self.public_path, info).exists():
+            raise ParamError("file does not exist", self.public_path, "an existing file or directory of public records",
+                             key="public_path")
         if self.source in REAL_SOURCES:
             if not self.path:
                 raise ParamError(f"is required when data.source is {self.source!r}", self.path,
@@ -114,7 +125,7 @@ class DataParams(_Section):
 
 
 TEXT_ONLY_DEFAULTS = {"text_format": "auto", "text_field": "text", "user_field": None, "split_field": None,
-                      "public": "builtin", "max_tokens": None, "long_records": "truncate", "secret_kind": "mined"}
+                      "public": "builtin", "public_path": None, "max_tokens": None, "long_records": "truncate", "secret_kind": "mined"}
 
 
 class TokenizerParams(_Section):

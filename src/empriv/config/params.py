@@ -36,7 +36,8 @@ class Params(_Section):
     adaptation_audit: AdaptationAuditParams = AdaptationAuditParams()
     sweep: SweepParams = SweepParams()
     # the raw files outside the repository that params name, as DVC deps (dvc.yaml's input@<key> stages): corpus =
-    # data.path, overrides = secrets.overrides, base = a local base.name; {} for the built-in sources and bases
+    # data.path, overrides = secrets.overrides, base = a local base.name, public = data.public_path; {} for the built-in
+    # sources and bases
     inputs: dict[str, str] = {}
 
     @model_validator(mode="before")
@@ -137,7 +138,7 @@ class Params(_Section):
 
     def expected_inputs(self) -> dict[str, str]:
         """The ``inputs`` mapping these params need (:func:`expected_inputs`)."""
-        return expected_inputs(self.data.path, self.secrets.overrides, self.base.name)
+        return expected_inputs(self.data.path, self.secrets.overrides, self.base.name, self.data.public_path)
 
     @model_validator(mode="after")
     def _tokenizer_base(self) -> "Params":

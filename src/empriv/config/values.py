@@ -113,7 +113,7 @@ def _existing_path(value: str, info: ValidationInfo) -> Path:
 
 
 # the raw inputs a params file can name (Params.inputs keys) and the params key naming each
-RAW_INPUTS = {"corpus": "data.path", "overrides": "secrets.overrides", "base": "base.name"}
+RAW_INPUTS = {"corpus": "data.path", "overrides": "secrets.overrides", "base": "base.name", "public": "data.public_path"}
 
 
 def is_local_base(name: str) -> bool:
@@ -121,10 +121,12 @@ def is_local_base(name: str) -> bool:
     return name.startswith(("/", ".", "~"))
 
 
-def expected_inputs(data_path: str | None, overrides: str | None, base_name: str | None) -> dict[str, str]:
+def expected_inputs(data_path: str | None, overrides: str | None, base_name: str | None,
+                    public_path: str | None = None) -> dict[str, str]:
     """The ``inputs`` mapping of params with these values: each raw file a params key names (``~`` expanded)."""
     named = {"corpus": data_path, "overrides": overrides,
-             "base": base_name if isinstance(base_name, str) and is_local_base(base_name) else None}
+             "base": base_name if isinstance(base_name, str) and is_local_base(base_name) else None,
+             "public": public_path}
     return {k: os.path.expanduser(v) for k, v in named.items() if isinstance(v, str)}
 
 

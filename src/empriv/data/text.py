@@ -14,6 +14,12 @@ A record has a text (``data.text_field``), and optionally a user (``data.user_fi
 user-level DP, as the sender is for Enron) and a split (``data.split_field``: ``train``, ``validation``, ``test``,
 or ``public`` when ``data.public: split``). ``lines`` and ``files`` records have a text only.
 
+The public split (what pre-trains the tokenizer and the tiny base, never private) is the built-in English
+(``data.public: builtin``), the corpus's records of split ``public`` (``split``) or every record of a second file
+``data.public_path`` read in the same format with the same text field (``file``). A public record that is also a
+record of the corpus — the same text up to whitespace (:func:`overlap_key`) — is dropped and counted
+(:func:`drop_private_overlap`): the base must have seen no training, validation or test record.
+
 :func:`load_text_corpus` gives the records and a :class:`TextLoad` that counts what was skipped (empty texts) and
 lists the problems that make the file unusable, one line each, never a record's text: a missing field, a line
 that is not JSON, a text that is not a string, an unknown split value. The ``prepare`` stage raises them;
@@ -195,6 +201,20 @@ def load_text_corpus(path: str | Path, *, text_format: str = "auto", text_field:
     return records, load
 
 
+def overlap_key(text: str) -> str:
+    """What two records must share to count as the same record: the text with outer whitespace stripped (as
+    Enron's de-duplication compares bodies) and every inner run of whitespace read as one space (a record re-wrapped
+    or re-indented in another file is still the same record)."""
+    return " ".join(text.split())
+
+
+def drop_private_overlap(public: list[TextRecord], private: list[str]) -> tuple[list[TextRecord], int]:
+    """(the ``public`` records that are no ``private`` text under :func:`overlap_key`, how many were dropped)."""
+    keys = {overlap_key(t) for t in private}
+    kept = [r for r in public if overlap_key(r.text) not in keys]
+    return kept, len(public) - len(kept)
+
+
 # ---------------------------------------------------------------------------------------------- the splits
 SPLIT_FRACTIONS = (0.9, 0.05, 0.05)  # train / validation / test of a seeded split: Enron's (empriv.data.enron)
 
@@ -229,11 +249,14 @@ def split_records(records: list[TextRecord], seed: int, by_field: bool) -> dict[
     return {"train": train, "validation": validation, "test": test, "public": []}
 
 
-def text_prepared(data, records: list[TextRecord], load: TextLoad, tokenizer=None):
+def text_prepared(data, records: list[TextRecord], load: TextLoad, tokenizer=None,
+                  public: tuple[list[TextRecord], TextLoad] | None = None):
     """The :class:`~empriv.data.prepare.PreparedData` of a text corpus: ``data`` is the ``data`` params section,
     ``records`` and ``load`` from :func:`load_text_corpus` (without problems), ``tokenizer`` the GPT-2 BPE when
-    ``data.max_tokens`` is set. The first ``data.n_train`` training records are used (fewer is an error naming how
-    many exist); the public split is the built-in English text or the corpus's ``public`` records."""
+    ``data.max_tokens`` is set, ``public`` the records and load of ``data.public_path`` (``data.public: file``). The
+    first ``data.n_train`` training records are used (fewer is an error naming how many exist); the public split is
+    the built-in English text, the corpus's ``public`` records or the public file's, without any that is also a
+    record of the corpus (:func:`drop_private_overlap`; the count is in the metrics)."""
     from empriv.data.prepare import PreparedData, _rows, _take, enron_public, opaque_unit_ids, with_units
 
     from empriv.config import ConfigError
@@ -245,6 +268,7 @@ def text_prepared(data, records: list[TextRecord], load: TextLoad, tokenizer=Non
     parts = split_records(limited, d.seed, d.split_field is not None)
     train = _take(parts["train"], d.n_train, "training records", "data.n_train")
     users = [r.user for r in train] if d.user_field else [str(i) for i in range(len(train))]
+    public_rows, public_counts = _public_split(d, records, parts, public)
     splits = {
         # privacy unit: the user, under an opaque id (no user name leaves the raw corpus); without data.user_field
         # each record is its own unit
@@ -252,15 +276,53 @@ def text_prepared(data, records: list[TextRecord], load: TextLoad, tokenizer=Non
                             opaque_unit_ids(users, "user" if d.user_field else "record")),
         "validation": _rows("validation", [r.text for r in parts["validation"][: d.n_validation]]),
         "test": _rows("test", [r.text for r in parts["test"][: d.n_test]]),
-        "public": (_rows("public", [r.text for r in parts["public"][: d.n_public]]) if d.public == "split"
-                   else enron_public(d)),
+        "public": public_rows if public_rows is not None else enron_public(d),
     }
-    if not splits["public"]:
-        raise ConfigError("data.public: split but no record has split 'public' (allowed: builtin, or a corpus with "
-                         "public records)")
     counts = {"load": load.as_metrics(), "records": len(records),
               "long_records": {"max_tokens": d.max_tokens, "action": d.long_records, "n_over": n_long},
               "split": "field" if d.split_field else "seeded",
               "available": {s: len(parts[s]) for s in SPLIT_VALUES if s != "public" or d.public == "split"},
-              "users": len(set(users)) if d.user_field else None, "secret_kind": d.secret_kind}
+              "users": len(set(users)) if d.user_field else None, "secret_kind": d.secret_kind,
+              **({"public": public_counts} if public_counts is not None else {})}
     return PreparedData("text", splits, [], counts=counts)
+
+
+def private_texts(records: list[TextRecord], parts: dict[str, list[TextRecord]]) -> list[str]:
+    """Every text the public split must not hold: each record of the corpus that is not itself public, as read and
+    as prepared (cut to ``data.max_tokens``)."""
+    return ([r.text for r in records if r.split != "public"]
+            + [r.text for s in ("train", "validation", "test") for r in parts[s]])
+
+
+def _public_split(d, records: list[TextRecord], parts: dict[str, list[TextRecord]],
+                  public: tuple[list[TextRecord], TextLoad] | None) -> tuple[list[dict] | None, dict | None]:
+    """(the public rows, their counts for the metrics) of ``data.public`` split or file; (None, None) for builtin."""
+    from empriv.data.prepare import _rows
+
+    from empriv.config import ConfigError
+
+    if d.public == "builtin":
+        return None, None
+    if d.public == "split":
+        candidates, where, extra = parts["public"], "the corpus's records of split 'public'", {}
+        if not candidates:
+            raise ConfigError("data.public: split but no record has split 'public' (allowed: builtin, or a corpus "
+                              "with public records)")
+    else:
+        if public is None:
+            raise ValueError("data.public: file needs the records of data.public_path")
+        candidates, public_load = public
+        where, extra = f"data.public_path: {d.public_path}", {"load": public_load.as_metrics()}
+        if public_load.problems:
+            raise ConfigError(*(f"{where}: {p}" for p in public_load.problems))
+        if not candidates:
+            raise ConfigError(f"{where}: no record with a non-empty text ({public_load.n_rows} read, "
+                              f"{public_load.n_empty} empty; allowed: a file of public records)")
+    kept, n_dropped = drop_private_overlap(candidates, private_texts(records, parts))
+    if not kept:
+        raise ConfigError(f"{where}: every one of its {len(candidates)} records is also a record of data.path (the "
+                          "same text up to whitespace), so no public record is left (allowed: public records that are "
+                          "not in the corpus)")
+    rows = _rows("public", [r.text for r in kept[: d.n_public]])
+    return rows, {"from": d.public, **extra, "records": len(candidates), "dropped_private_overlap": n_dropped,
+                  "used": len(rows)}

@@ -11,6 +11,8 @@ bytes.
   parsed and its usable records counted exactly as prepare will (Enron: load, de-duplicate, top senders and
   receivers, boilerplate, tabs, < 30 GPT-2 tokens, the 90/5/5 split; TOFU: 20 records per author, author split),
   and the training split compared with ``data.n_train``.
+- ``data.public_path`` (``text`` with ``data.public: file``: :func:`empriv.pipeline.text_checks.public_file_errors`):
+  the public file read as the corpus is, and against the corpus.
 - ``secrets.overrides``: every line a JSON object with non-empty string ``id``, ``prompt``, ``continuation``,
   each id once. (Each override against the corpus, an id the secrets stage will have and a text the training data
   holds, is :mod:`empriv.pipeline.override_checks`, run by validation after these checks.)
@@ -405,7 +407,7 @@ def device_errors(params: Params) -> list[str]:
 
 
 def input_errors(params: Params, root: str | Path = ".", cache_path: str | Path | None = CACHE,
-                 keys: tuple[str, ...] = ("corpus", "overrides", "base", "device")) -> list[str]:
+                 keys: tuple[str, ...] = ("corpus", "public", "overrides", "base", "device")) -> list[str]:
     """One line per problem of the raw inputs the params name (and of the machine), ``root`` the params file's
     directory; ``keys`` selects the checks (the ``input@<key>`` stage runs its own)."""
     root = Path(root)
@@ -413,6 +415,10 @@ def input_errors(params: Params, root: str | Path = ".", cache_path: str | Path 
     errors: list[str] = []
     if "corpus" in keys:
         errors += corpus_errors(params, root, cache)
+    if "public" in keys:
+        from empriv.pipeline.text_checks import public_file_errors
+
+        errors += public_file_errors(params, root, cache)
     if "overrides" in keys:
         errors += overrides_errors(params, root)
     if "base" in keys:

@@ -1,15 +1,16 @@
 """input@<key>: the fingerprint of one raw file outside the repository → data/inputs/<key>/fingerprint.json.
 
-    python stages/inputs.py --key corpus|overrides|base
+    python stages/inputs.py --key corpus|overrides|base|public
 
 params' ``inputs`` mapping names the raw files that other params keys point to — ``corpus`` (``data.path``),
-``overrides`` (``secrets.overrides``), ``base`` (a local ``base.name`` directory) — and validation keeps it equal
+``overrides`` (``secrets.overrides``), ``base`` (a local ``base.name`` directory), ``public`` (``data.public_path``)
+— and validation keeps it equal
 to them (``empriv validate --fix-inputs`` writes it). dvc.yaml makes one ``input@<key>`` stage per entry
 (``foreach``) with the file as its DVC dependency, so DVC itself notices an edit in place; the built-in sources
 and bases name no file, make no stage and leave nothing to re-check (``dvc status`` stays empty). Each stage
-writes the file's SHA-256 into its own directory under ``data/inputs/``; prepare, secrets and base/tokenizer
-depend on those directories (git-tracked, so they exist when empty): an edited corpus re-runs prepare and what
-follows, an unchanged one re-runs nothing.
+writes the file's SHA-256 into its own directory under ``data/inputs/``; prepare (corpus, public), secrets and
+base/tokenizer depend on those directories (git-tracked, so they exist when empty): an edited corpus or public file
+re-runs prepare and what follows, an unchanged one re-runs nothing.
 """
 
 from __future__ import annotations

@@ -51,19 +51,28 @@ TEXT_MANIFEST = "text_corpus.json"  # data/prepared/: what the secrets stage nee
 
 
 def build_text(params: Params):
-    """``data.source: text``: the records of ``data.path`` (:mod:`empriv.data.text`) as prepared splits."""
+    """``data.source: text``: the records of ``data.path`` (and of ``data.public_path``, ``data.public: file``;
+    :mod:`empriv.data.text`) as prepared splits."""
     from empriv.data.text import load_text_corpus, text_prepared
 
     d = params.data
     records, load = load_text_corpus(d.path, text_format=d.text_format, text_field=d.text_field,
                                      user_field=d.user_field, split_field=d.split_field,
                                      allow_public=d.public == "split")
+    public = None
+    if d.public == "file":  # the same format and text field as the corpus; every record is public
+        public = load_text_corpus(d.public_path, text_format=d.text_format, text_field=d.text_field)
     tokenizer = None
     if d.max_tokens is not None:
         from empriv.models.tokenizer import load_gpt2
 
         tokenizer = load_gpt2()  # lengths in GPT-2 tokens: fixed before any tokenizer of the run exists
-    return text_prepared(d, records, load, tokenizer)
+    data = text_prepared(d, records, load, tokenizer, public)
+    dropped = (data.counts.get("public") or {}).get("dropped_private_overlap")
+    if dropped:
+        log.warning("%d public record(s) dropped: the same text (up to whitespace) is a record of data.path (count in "
+                    "%s)", dropped, paths.PREPARE_METRICS)
+    return data
 
 
 def _paraphraser_factory(params: Params, caches: list):

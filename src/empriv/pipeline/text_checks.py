@@ -11,6 +11,9 @@ Called by :func:`empriv.pipeline.input_checks.corpus_errors` (``empriv validate`
 - the secret choice: ``given`` needs ``secrets.overrides`` and each of its secrets must occur in the training
   records prepare will select (a secret that never occurs is one line naming its id, never its text); ``canaries``
   takes no overrides.
+- the public file (``data.public: file``, :func:`public_file_errors`; the ``input@public`` stage runs it again): the
+  file as a whole and its records as above (the corpus's format and text field), at least one record that is not
+  also a record of the corpus (those prepare drops), and no ``given`` secret in the public split prepare will write.
 
 Records longer than ``data.max_tokens`` GPT-2 tokens are counted (prepare truncates or drops them as configured,
 and records the count in ``records/prepare.json``); the secrets stage counts the training records longer than the
@@ -120,3 +123,79 @@ def text_corpus_errors(params: Params, root: Path, path: Path, cache) -> list[st
                       f"first data.n_train = {d.n_train} of data.path; allowed: a string of the training data)")
     return errors
 
+
+def public_facts(params: Params, root: Path, path: Path, given: list[tuple[int, str, str, str]] | None) -> dict:
+    """What prepare would find in the public file: ``problems`` (lines), ``records``, ``dropped`` (also a record of
+    the corpus) and the ``given`` secrets that occur in the public split (their line and id)."""
+    from empriv.data.text import drop_private_overlap, limit_length, load_text_corpus, private_texts, resolve_format
+    from empriv.data.text import split_records
+
+    d = params.data
+    fmt = resolve_format(path, d.text_format)
+    whole = _whole_file_problem(path, fmt)
+    if whole:
+        return {"problems": [whole]}
+    public, load = load_text_corpus(path, text_format=d.text_format, text_field=d.text_field)
+    if load.problems:
+        return {"problems": load.problems}
+    if not public:
+        return {"problems": [f"no record with a non-empty text ({load.n_rows} read, {load.n_empty} empty; allowed: a "
+                             "file of public records)"]}
+    corpus = Path(d.path).expanduser()
+    corpus = corpus if corpus.is_absolute() else root / corpus
+    unknown = {"problems": [], "records": len(public), "dropped": None, "given_in_public": []}
+    if not corpus.exists() or _whole_file_problem(corpus, resolve_format(corpus, d.text_format)):
+        return unknown  # the corpus's own lines say what is wrong with it
+    records, corpus_load = load_text_corpus(corpus, text_format=d.text_format, text_field=d.text_field,
+                                            user_field=d.user_field, split_field=d.split_field)
+    if corpus_load.problems:
+        return unknown
+    gpt2 = None
+    if d.max_tokens:
+        from empriv.models.tokenizer import load_gpt2
+
+        gpt2 = load_gpt2()
+    kept_corpus, _ = limit_length(records, gpt2, d.max_tokens, d.long_records)
+    kept, dropped = drop_private_overlap(public, private_texts(records, split_records(kept_corpus, d.seed,
+                                                                                       d.split_field is not None)))
+    written = [r.text for r in kept[: d.n_public]]
+    found = [(line, sid) for line, sid, p, c in (given or []) if any(p + c in t for t in written)]
+    return {"problems": [], "records": len(public), "dropped": dropped, "given_in_public": found}
+
+
+def public_file_errors(params: Params, root: Path, cache) -> list[str]:
+    """One line per problem of the public file ``data.public_path`` (``data.public: file``; the module docstring)."""
+    from empriv.pipeline.file_facts import identity
+    from empriv.secrets.records import override_lines, override_problems
+
+    d, o = params.data, params.secrets.overrides
+    if d.source != "text" or d.public != "file" or not d.public_path:
+        return []
+    path = Path(d.public_path).expanduser()
+    path = path if path.is_absolute() else root / path
+    if not path.exists():
+        return []  # the params' own check says so
+    corpus = Path(d.path).expanduser()
+    corpus = corpus if corpus.is_absolute() else root / corpus
+    overrides = None
+    if o is not None and d.secret_kind == "given":
+        opath = Path(o).expanduser()
+        opath = opath if opath.is_absolute() else root / opath
+        overrides = opath if opath.is_file() and not override_problems(opath) else None
+    given = override_lines(overrides) if overrides is not None else None
+    key = ["text-public", identity(path), identity(corpus) if corpus.exists() else None, d.text_format, d.text_field,
+           d.user_field, d.split_field, d.seed, d.max_tokens, d.long_records, d.n_public,
+           identity(overrides) if given is not None else None]
+    facts = cache.get(key, lambda: public_facts(params, root, path, given))
+    where = f"data.public_path: {d.public_path}"
+    if facts["problems"]:
+        return [f"{where}: {p}" for p in facts["problems"]]
+    errors = []
+    if facts["dropped"] is not None and facts["dropped"] == facts["records"]:
+        errors.append(f"{where}: every one of its {facts['records']} records is also a record of data.path (the same "
+                      "text up to whitespace), so no public record is left (allowed: public records that are not in "
+                      "the corpus)")
+    for line, sid in facts["given_in_public"]:
+        errors.append(f"secrets.overrides: {o} line {line} (id {sid}): the secret occurs in the public split (records "
+                      f"of data.public_path: {d.public_path}; allowed: a string the public file does not hold)")
+    return errors

@@ -170,8 +170,8 @@ def validate_project(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Pat
 
 
 def fix_inputs(params_path: str | Path = paths.PARAMS) -> dict[str, str] | None:
-    """Set the params file's ``inputs`` to the raw files ``data.path``, ``secrets.overrides`` and a local
-    ``base.name`` name (ruamel round trip: comments and order kept). Returns the new mapping, or None when the file
+    """Set the params file's ``inputs`` to the raw files ``data.path``, ``secrets.overrides``, a local ``base.name``
+    and ``data.public_path`` name (ruamel round trip: comments and order kept). Returns the new mapping, or None when the file
     already had it (left untouched)."""
     from empriv.config import expected_inputs
     from empriv.io import atomic_path
@@ -181,7 +181,7 @@ def fix_inputs(params_path: str | Path = paths.PARAMS) -> dict[str, str] | None:
     raw = yaml.load(path.read_text(encoding="utf-8")) or {}
     section = lambda name: raw.get(name) if isinstance(raw.get(name), dict) else {}  # noqa: E731
     wanted = expected_inputs(section("data").get("path"), section("secrets").get("overrides"),
-                             section("base").get("name"))
+                             section("base").get("name"), section("data").get("public_path"))
     if dict(raw.get("inputs") or {}) == wanted:
         return None
     raw["inputs"] = wanted
