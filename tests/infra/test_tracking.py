@@ -11,7 +11,6 @@ import struct
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import pytest
@@ -34,6 +33,9 @@ from empriv.infra.tracking import (
     study_group,
     write_offline_runs,
 )
+from empriv.infra.tracking.transaction_log import (CHUNK_HEADER, LOG_BLOCK, LOG_HEADER, CorruptTransactionLog,
+                                                   LogEndsMidRecord, finished_records, read_transaction_log,
+                                                   wait_for_finished_log)
 
 SECRET = {
     "id": "secret-03",
@@ -219,98 +221,11 @@ def test_spent_epsilon_grows_to_the_calibrated_target():
 
 
 # --------------------------------------------------------------------------- the offline files
-LOG_HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)  # ident, magic, version: wandb-core's transaction log header
-LOG_BLOCK, CHUNK_HEADER = 32 * 1024, 7
-FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-
-
-class LogEndsMidRecord(Exception):
-    """The transaction log ends inside a chunk, or between the first and the last chunk of a record: the file is
-    still being written (wandb-core appends whole chunks, but a reader may see a write half done)."""
-
-
-def read_transaction_log(path: Path) -> list:
-    """The records of a W&B transaction log (``.wandb``), read as wandb-core's own reader reads it
-    (core/pkg/leveldb/record.go; W&B 0.31 ships no Python reader): the 7-byte header ``:W&B``, magic 0xBEE1, version
-    0 at the start of the first 32 KiB block, then chunks that never cross a block boundary, each a 7-byte header —
-    CRC-32 (IEEE) of the chunk type and the payload, payload length (little-endian), type FULL / FIRST / MIDDLE /
-    LAST — and its payload; fewer than 7 bytes left in a block are zero padding. Each record (one FULL chunk, or
-    FIRST, MIDDLE…, LAST) is a ``wandb_internal_pb2.Record``. A wrong checksum, a chunk out of order, non-zero
-    padding or a record that does not parse fails (AssertionError naming the offset); a file that ends inside a
-    chunk or a record raises :class:`LogEndsMidRecord`."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    if len(data) < len(LOG_HEADER):
-        raise LogEndsMidRecord(f"{path}: {len(data)} bytes, not even the header")
-    assert data[: len(LOG_HEADER)] == LOG_HEADER, f"{path}: not a W&B transaction log (header {data[:7]!r})"
-    records, pending, first_at, pos = [], None, None, len(LOG_HEADER)
-    while pos < len(data):
-        block_end = (pos // LOG_BLOCK + 1) * LOG_BLOCK
-        if block_end - pos < CHUNK_HEADER:  # no room for a chunk header: padding up to the next block
-            assert not data[pos:block_end].strip(b"\0"), f"{path}: non-zero padding at offset {pos}"
-            pos = block_end
-            continue
-        if pos + CHUNK_HEADER > len(data):
-            raise LogEndsMidRecord(f"{path}: ends inside a chunk header at offset {pos} ({len(data)} bytes)")
-        crc, length, kind = struct.unpack("<IHB", data[pos : pos + CHUNK_HEADER])
-        if crc == length == kind == 0:  # a zeroed rest of a block: W&B's reader skips it between records
-            assert pending is None, f"{path}: a zero chunk header inside the record at offset {first_at}"
-            assert not data[pos:block_end].strip(b"\0"), f"{path}: a zero chunk header before data at offset {pos}"
-            pos = block_end
-            continue
-        end = pos + CHUNK_HEADER + length
-        assert end <= block_end, f"{path}: the chunk at offset {pos} ({length} bytes) crosses a block boundary"
-        if end > len(data):
-            raise LogEndsMidRecord(f"{path}: ends inside the chunk at offset {pos}: {len(data) - pos - CHUNK_HEADER} "
-                                   f"of its {length} payload bytes")
-        payload = data[pos + CHUNK_HEADER : end]
-        assert zlib.crc32(payload, zlib.crc32(bytes([kind]))) == crc, f"{path}: checksum mismatch at offset {pos}"
-        if kind in (FULL, FIRST):
-            assert pending is None, f"{path}: a new record at offset {pos} before the record at {first_at} ended"
-            pending, first_at = b"", pos
-        else:
-            assert kind in (MIDDLE, LAST), f"{path}: unknown chunk type {kind} at offset {pos}"
-            assert pending is not None, f"{path}: a continuation chunk at offset {pos} without a first chunk"
-        pending += payload
-        if kind in (FULL, LAST):
-            rec = wandb_internal_pb2.Record()
-            try:
-                rec.ParseFromString(pending)
-            except Exception as err:  # the checksums were right: W&B wrote what does not parse
-                raise AssertionError(f"{path}: the record at offset {first_at} does not parse: {err}") from err
-            records.append(rec)
-            pending = None
-        pos = end
-    if pending is not None:
-        raise LogEndsMidRecord(f"{path}: ends inside the record at offset {first_at} (its last chunk is missing)")
-    return records
-
-
 def finished_transaction_log(path: Path, timeout: float = 120.0) -> list:
-    """The records of a run's transaction log once W&B has finished writing it.
-
-    ``run.finish()`` offline returns before the log is written: it waits for W&B's service (wandb-core) to handle
-    the run's exit record, then tells the service the run is done with a message it does not wait for
-    (``inform_finish``), and only on that message does the service write the buffered records and close the file
-    (issue 45: the file held its 7-byte header alone when ``finish`` returned, and was whole 25-80 ms later, longer
-    on a busy machine; read in that window, a log half written ended inside a record). ``write_offline_runs`` ends
-    the service afterwards, which closes the log too, but only a service this process started (one inherited
-    through ``WANDB_SERVICE`` is left running), and a live run (``EMPRIV_WANDB_LIVE``) keeps it. So wait for what
-    ends a finished run's log — its exit record, the record whose absence makes ``wandb sync`` call a log incomplete
-    — on a record boundary. A log that is corrupt, rather than unfinished, fails at once."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            records = read_transaction_log(path)
-        except LogEndsMidRecord:
-            records = []
-        if any(r.WhichOneof("record_type") == "exit" for r in records):
-            return records
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path}: no exit record after {timeout:.0f} s ({path.stat().st_size} bytes): the run "
-                                 "was not finished, or W&B's service died before it wrote the log")
-        time.sleep(0.01)
+    """The records of a run's transaction log once W&B has finished writing it (its exit record there, on a record
+    boundary): ``run.finish()`` offline returns before W&B's service has written the log (issue 45,
+    :mod:`empriv.infra.tracking.transaction_log`). A corrupt log fails at once."""
+    return wait_for_finished_log(path, timeout=timeout)
 
 
 def _put(target: dict, item) -> None:
@@ -430,10 +345,7 @@ def test_the_log_reader_checks_each_chunk_and_tells_a_log_cut_off_from_a_whole_o
             for r in records if r.WhichOneof("record_type") == "history"]
     assert [row["train/loss"] for row in rows if "train/loss" in row] == [2.0, 1.0, 0.0]
     data, cut = log.read_bytes(), tmp_path / "cut.wandb"
-    assert len(data) < LOG_BLOCK  # one block: each record is one chunk, each chunk starts where the last one ends
-    starts = [len(LOG_HEADER)]
-    while starts[-1] < len(data):
-        starts.append(starts[-1] + CHUNK_HEADER + struct.unpack("<H", data[starts[-1] + 4 : starts[-1] + 6])[0])
+    starts = chunk_starts(data)  # one block: each record is one chunk, each chunk starts where the last one ends
     assert starts[-1] == len(data) and len(starts) == len(records) + 1
     for k, start in enumerate(starts[:-1]):
         cut.write_bytes(data[:start])  # cut between records: the records before the cut
@@ -448,8 +360,53 @@ def test_the_log_reader_checks_each_chunk_and_tells_a_log_cut_off_from_a_whole_o
     flipped = bytearray(data)
     flipped[len(LOG_HEADER) + CHUNK_HEADER + length - 1] ^= 0x01  # the last byte of the first record
     cut.write_bytes(bytes(flipped))
-    with pytest.raises(AssertionError, match="checksum mismatch at offset 7"):
+    with pytest.raises(CorruptTransactionLog, match="checksum mismatch at offset 7"):
         read_transaction_log(cut)
+
+
+def chunk_starts(data: bytes) -> list[int]:
+    """Where each chunk of a one-block log starts (each record one chunk), and the end of the file."""
+    assert len(data) < LOG_BLOCK
+    starts = [len(LOG_HEADER)]
+    while starts[-1] < len(data):
+        starts.append(starts[-1] + CHUNK_HEADER + struct.unpack("<H", data[starts[-1] + 4 : starts[-1] + 6])[0])
+    return starts
+
+
+def test_the_log_reader_reads_records_over_several_blocks(offline, tmp_path):
+    """A long run's log spans several 32 KiB blocks (chunks end at block boundaries, the rest of a block is padding)
+    and a record longer than a block is split into FIRST, MIDDLE and LAST chunks: read whole, it is finished; cut
+    anywhere before its end it is whole records only or ends mid-record, never finished and never corrupt."""
+    from empriv.config import RunConfig
+
+    params, run = tiny_params(), RunConfig(8.0, 16, 6, 0.01, 2)
+    with open_configuration_run(params, run, section="train", scrub=SecretScrubber()) as t:
+        t.config({"long_note": "x" * (3 * LOG_BLOCK)})  # one record over three blocks
+        for i in range(400):
+            t.log({"train/step": i + 1, "train/loss": 1.0 / (i + 1)})
+    rid = run_id("empriv", "workspace", run.name)
+    assert write_offline_runs(offline) == [rid]
+    (log,) = local_copies(offline, rid)[0].glob("*.wandb")
+    records = finished_transaction_log(log)
+    data = log.read_bytes()
+    assert len(data) > 4 * LOG_BLOCK and max(r.ByteSize() for r in records) > 3 * LOG_BLOCK, len(data)
+    rows = [r for r in records if r.WhichOneof("record_type") == "history"]
+    assert [json.loads(i.value_json) for r in rows for i in r.history.item
+            if (i.key or "/".join(i.nested_key)) == "train/step"] == list(range(1, 401))
+    cut = tmp_path / "cut.wandb"
+    at_blocks = (k * LOG_BLOCK + d for k in range(1, 5) for d in (-7, -1, 0, 1, 7, 8))
+    sizes = sorted({*range(len(LOG_HEADER), len(data), 6007), *(n for n in at_blocks if n < len(data))})
+    mid = 0
+    for size in sizes:
+        cut.write_bytes(data[:size])
+        try:
+            got = read_transaction_log(cut)
+        except LogEndsMidRecord:
+            mid += 1
+        else:
+            assert got == records[: len(got)] and len(got) < len(records)
+        assert finished_records(cut) is None
+    assert 0 < mid < len(sizes)
 
 
 def test_train_score_and_audit_make_one_complete_offline_run_per_configuration(offline, gpt2_tokenizer):

@@ -45,7 +45,9 @@ their runs live as online ones do (each stage rewrites the whole run; slower, fo
 :mod:`~empriv.infra.tracking.journal` (the journal and the local copies), :mod:`~empriv.infra.tracking.runs`
 (:class:`Tracker`, opening a run), :mod:`~empriv.infra.tracking.offline` (writing the offline runs),
 :mod:`~empriv.infra.tracking.curves` (the ε points of a training curve), :mod:`~empriv.infra.tracking.service`
-(W&B's working directories inside the project, its start-up limit, its failures that no retry fixes). Import from ``empriv.infra.tracking``.
+(W&B's working directories inside the project, its start-up limit, its failures that no retry fixes),
+:mod:`~empriv.infra.tracking.transaction_log` (a run's ``.wandb`` log read strictly, and when it is finished). Import
+from ``empriv.infra.tracking``.
 """
 
 from empriv.infra.tracking.curves import MAX_EPSILON_POINTS, epsilon_checkpoints
