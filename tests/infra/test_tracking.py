@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -34,8 +35,7 @@ from empriv.infra.tracking import (
     write_offline_runs,
 )
 from empriv.infra.tracking.transaction_log import (CHUNK_HEADER, LOG_BLOCK, LOG_HEADER, CorruptTransactionLog,
-                                                   LogEndsMidRecord, finished_records, read_transaction_log,
-                                                   wait_for_finished_log)
+                                                   LogEndsMidRecord, finished_records, read_transaction_log)
 
 SECRET = {
     "id": "secret-03",
@@ -221,11 +221,14 @@ def test_spent_epsilon_grows_to_the_calibrated_target():
 
 
 # --------------------------------------------------------------------------- the offline files
-def finished_transaction_log(path: Path, timeout: float = 120.0) -> list:
-    """The records of a run's transaction log once W&B has finished writing it (its exit record there, on a record
-    boundary): ``run.finish()`` offline returns before W&B's service has written the log (issue 45,
-    :mod:`empriv.infra.tracking.transaction_log`). A corrupt log fails at once."""
-    return wait_for_finished_log(path, timeout=timeout)
+def finished_transaction_log(path: Path) -> list:
+    """The records of a run's transaction log, which must be finished already: ``run.finish()`` offline returns
+    before W&B's service has written the log (issue 45, :mod:`empriv.infra.tracking.transaction_log`), so the
+    writers (``Tracker.finish``, ``write_offline_runs``) wait for each new copy's log before they return and before
+    any older copy goes. A copy still unfinished here is that wait failing; a corrupt log fails the reader."""
+    records = finished_records(path)
+    assert records is not None, f"{path}: not finished when its writer returned ({path.stat().st_size} bytes)"
+    return records
 
 
 def _put(target: dict, item) -> None:
@@ -407,6 +410,70 @@ def test_the_log_reader_reads_records_over_several_blocks(offline, tmp_path):
             assert got == records[: len(got)] and len(got) < len(records)
         assert finished_records(cut) is None
     assert 0 < mid < len(sizes)
+
+
+def test_an_unfinished_new_copy_never_replaces_the_last_complete_one(offline, caplog, monkeypatch):
+    """Issue 45: ``run.finish()`` returns before W&B has written the new copy's log; the older copies were deleted
+    right then, so a process killed (or a W&B service dying) in that window left no complete copy of the run. Now
+    the older copies go only once the new copy's log is finished: a new copy as W&B leaves it when stopped in the
+    window (its header alone, or cut inside or before its exit record), or corrupt, keeps them, with one warning
+    line, and its journal is not marked written; the next writing replaces both with one finished copy."""
+    from empriv.config import RunConfig
+    from empriv.infra.tracking import transaction_log
+    from empriv.infra.tracking.journal import dump_journal, journal_digest, retire_older_copies
+    from empriv.infra.tracking.offline import _retire_older_copies
+
+    params, run = tiny_params(), RunConfig(8.0, 16, 6, 0.01, 0)
+    with open_configuration_run(params, run, section="train", scrub=SecretScrubber()) as t:
+        for i in range(3):
+            t.log({"train/step": i + 1, "train/loss": 2.0 - i})
+    rid = run_id("empriv", "workspace", run.name)
+    assert write_offline_runs(offline) == [rid]
+    (complete,) = local_copies(offline, rid)
+    (log,) = complete.glob("*.wandb")
+    records, data = finished_transaction_log(log), log.read_bytes()
+    exit_at = chunk_starts(data)[-2]  # the exit record is the last one
+    assert records[-1].WhichOneof("record_type") == "exit"
+    new = complete.with_name(complete.name + "-1")  # W&B's name for a second copy started in the same second
+    shutil.copytree(complete, new)
+    flipped = bytearray(data)
+    flipped[exit_at + CHUNK_HEADER] ^= 0x01
+    unfinished = {"the header alone (what run.finish() returned to)": data[: len(LOG_HEADER)],
+                  "inside the exit record": data[: exit_at + CHUNK_HEADER + 2],
+                  "every record but the exit record": data[:exit_at], "a changed byte": bytes(flipped)}
+    for what, content in unfinished.items():
+        (new / log.name).write_bytes(content)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="empriv.tracking"):
+            assert retire_older_copies(rid, new, [complete], timeout=0.2) is False, what
+        assert local_copies(offline, rid) == [complete, new], what
+        assert finished_transaction_log(log) == records
+        (line,) = caplog.messages
+        assert f"the new local copy of run {rid} is not finished, the 1 older one(s) are kept" in line and \
+            "\n" not in line, what
+
+    # write_offline_runs marks a journal written only once its new copy is finished and the older ones are gone
+    monkeypatch.setattr(transaction_log, "FINISH_TIMEOUT_S", 0.2)
+    (new / log.name).write_bytes(data[: len(LOG_HEADER)])
+    journal = read_journal(offline, rid)
+    digest = journal.pop("written")
+    assert digest == journal_digest(journal)
+    dump_journal(offline, rid, journal)  # as write_offline_runs leaves it while it writes the run again
+    with caplog.at_level(logging.WARNING, logger="empriv.tracking"):
+        _retire_older_copies(offline, [(rid, digest, new, [complete])])
+    assert local_copies(offline, rid) == [complete, new] and "written" not in read_journal(offline, rid)
+
+    # the next writing (a stage changed the journal meanwhile) leaves one finished copy, and marks the journal
+    with open_configuration_run(params, run, section="score", scrub=SecretScrubber()) as t:
+        t.summary({"score/test_nll": 3.0})
+    assert write_offline_runs(offline) == [rid]
+    (latest,) = local_copies(offline, rid)
+    assert latest not in (complete, new) and run_contents(latest)["summary"]["score/test_nll"] == 3.0
+    assert read_journal(offline, rid)["written"] == journal_digest(read_journal(offline, rid))
+    # once W&B has written the rest of a new copy, it replaces the older one
+    shutil.copytree(latest, new)
+    assert retire_older_copies(rid, new, [latest], timeout=0.2) is True
+    assert local_copies(offline, rid) == [new]
 
 
 def test_train_score_and_audit_make_one_complete_offline_run_per_configuration(offline, gpt2_tokenizer):
