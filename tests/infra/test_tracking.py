@@ -329,10 +329,8 @@ def test_disabled_mode_writes_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_log_reader_checks_each_chunk_and_tells_a_log_cut_off_from_a_whole_one(offline, tmp_path):
-    """The reader the tests use on W&B's ``.wandb`` files: a whole log ends with the run's exit record; any shorter
-    prefix of it (what a reader sees while wandb-core is still writing, issue 45) is whole records only or raises
-    LogEndsMidRecord, never a protobuf error or a half record; a changed byte fails its chunk's checksum."""
+def three_row_run(root: Path) -> tuple:
+    """(params, run, run id, its one local copy): a configuration's train part of three rows, written offline."""
     from empriv.config import RunConfig
 
     params, run = tiny_params(), RunConfig(8.0, 16, 6, 0.01, 0)
@@ -340,8 +338,16 @@ def test_the_log_reader_checks_each_chunk_and_tells_a_log_cut_off_from_a_whole_o
         for i in range(3):
             t.log({"train/step": i + 1, "train/loss": 2.0 - i})
     rid = run_id("empriv", "workspace", run.name)
-    assert write_offline_runs(offline) == [rid]
-    (log,) = local_copies(offline, rid)[0].glob("*.wandb")
+    assert write_offline_runs(root) == [rid]
+    (copy,) = local_copies(root, rid)
+    return params, run, rid, copy
+
+
+def test_the_log_reader_checks_each_chunk_and_tells_a_log_cut_off_from_a_whole_one(offline, tmp_path):
+    """The reader the tests use on W&B's ``.wandb`` files: a whole log ends with the run's exit record; any shorter
+    prefix of it (what a reader sees while wandb-core is still writing, issue 45) is whole records only or raises
+    LogEndsMidRecord, never a protobuf error or a half record; a changed byte fails its chunk's checksum."""
+    (log,) = three_row_run(offline)[3].glob("*.wandb")
     records = finished_transaction_log(log)
     assert read_transaction_log(log) == records and records[-1].WhichOneof("record_type") == "exit"
     rows = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
@@ -418,18 +424,11 @@ def test_an_unfinished_new_copy_never_replaces_the_last_complete_one(offline, ca
     the older copies go only once the new copy's log is finished: a new copy as W&B leaves it when stopped in the
     window (its header alone, or cut inside or before its exit record), or corrupt, keeps them, with one warning
     line, and its journal is not marked written; the next writing replaces both with one finished copy."""
-    from empriv.config import RunConfig
     from empriv.infra.tracking import transaction_log
     from empriv.infra.tracking.journal import dump_journal, journal_digest, retire_older_copies
     from empriv.infra.tracking.offline import _retire_older_copies
 
-    params, run = tiny_params(), RunConfig(8.0, 16, 6, 0.01, 0)
-    with open_configuration_run(params, run, section="train", scrub=SecretScrubber()) as t:
-        for i in range(3):
-            t.log({"train/step": i + 1, "train/loss": 2.0 - i})
-    rid = run_id("empriv", "workspace", run.name)
-    assert write_offline_runs(offline) == [rid]
-    (complete,) = local_copies(offline, rid)
+    params, run, rid, complete = three_row_run(offline)
     (log,) = complete.glob("*.wandb")
     records, data = finished_transaction_log(log), log.read_bytes()
     exit_at = chunk_starts(data)[-2]  # the exit record is the last one
