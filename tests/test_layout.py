@@ -125,6 +125,7 @@ COVERED_ELSEWHERE = {
     "empriv.infra.tracking.runs": ("tests/infra/test_tracking.py", 'empriv.infra.tracking'),
     "empriv.infra.tracking.scrub": ("tests/infra/test_tracking.py", 'empriv.infra.tracking'),
     "empriv.infra.tracking.service": ("tests/infra/test_tracking_service.py", None),
+    "empriv.infra.tracking.transaction_log": ("tests/infra/test_tracking.py", None),
     "empriv.train.finetune": ("tests/infra/test_tracking.py", None),
     "empriv.train.methods": ("tests/train/test_method_registry.py", None),
     "empriv.train.methods.base": ("tests/train/test_method_registry.py", "empriv.train.methods"),

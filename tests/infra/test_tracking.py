@@ -7,11 +7,11 @@ import json
 import logging
 import math
 import os
+import shutil
 import struct
 import subprocess
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import pytest
@@ -34,6 +34,8 @@ from empriv.infra.tracking import (
     study_group,
     write_offline_runs,
 )
+from empriv.infra.tracking.transaction_log import (CHUNK_HEADER, LOG_BLOCK, LOG_HEADER, CorruptTransactionLog,
+                                                   LogEndsMidRecord, finished_records, read_transaction_log)
 
 SECRET = {
     "id": "secret-03",
@@ -219,98 +221,14 @@ def test_spent_epsilon_grows_to_the_calibrated_target():
 
 
 # --------------------------------------------------------------------------- the offline files
-LOG_HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)  # ident, magic, version: wandb-core's transaction log header
-LOG_BLOCK, CHUNK_HEADER = 32 * 1024, 7
-FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-
-
-class LogEndsMidRecord(Exception):
-    """The transaction log ends inside a chunk, or between the first and the last chunk of a record: the file is
-    still being written (wandb-core appends whole chunks, but a reader may see a write half done)."""
-
-
-def read_transaction_log(path: Path) -> list:
-    """The records of a W&B transaction log (``.wandb``), read as wandb-core's own reader reads it
-    (core/pkg/leveldb/record.go; W&B 0.31 ships no Python reader): the 7-byte header ``:W&B``, magic 0xBEE1, version
-    0 at the start of the first 32 KiB block, then chunks that never cross a block boundary, each a 7-byte header —
-    CRC-32 (IEEE) of the chunk type and the payload, payload length (little-endian), type FULL / FIRST / MIDDLE /
-    LAST — and its payload; fewer than 7 bytes left in a block are zero padding. Each record (one FULL chunk, or
-    FIRST, MIDDLE…, LAST) is a ``wandb_internal_pb2.Record``. A wrong checksum, a chunk out of order, non-zero
-    padding or a record that does not parse fails (AssertionError naming the offset); a file that ends inside a
-    chunk or a record raises :class:`LogEndsMidRecord`."""
-    from wandb.proto import wandb_internal_pb2
-
-    data = path.read_bytes()
-    if len(data) < len(LOG_HEADER):
-        raise LogEndsMidRecord(f"{path}: {len(data)} bytes, not even the header")
-    assert data[: len(LOG_HEADER)] == LOG_HEADER, f"{path}: not a W&B transaction log (header {data[:7]!r})"
-    records, pending, first_at, pos = [], None, None, len(LOG_HEADER)
-    while pos < len(data):
-        block_end = (pos // LOG_BLOCK + 1) * LOG_BLOCK
-        if block_end - pos < CHUNK_HEADER:  # no room for a chunk header: padding up to the next block
-            assert not data[pos:block_end].strip(b"\0"), f"{path}: non-zero padding at offset {pos}"
-            pos = block_end
-            continue
-        if pos + CHUNK_HEADER > len(data):
-            raise LogEndsMidRecord(f"{path}: ends inside a chunk header at offset {pos} ({len(data)} bytes)")
-        crc, length, kind = struct.unpack("<IHB", data[pos : pos + CHUNK_HEADER])
-        if crc == length == kind == 0:  # a zeroed rest of a block: W&B's reader skips it between records
-            assert pending is None, f"{path}: a zero chunk header inside the record at offset {first_at}"
-            assert not data[pos:block_end].strip(b"\0"), f"{path}: a zero chunk header before data at offset {pos}"
-            pos = block_end
-            continue
-        end = pos + CHUNK_HEADER + length
-        assert end <= block_end, f"{path}: the chunk at offset {pos} ({length} bytes) crosses a block boundary"
-        if end > len(data):
-            raise LogEndsMidRecord(f"{path}: ends inside the chunk at offset {pos}: {len(data) - pos - CHUNK_HEADER} "
-                                   f"of its {length} payload bytes")
-        payload = data[pos + CHUNK_HEADER : end]
-        assert zlib.crc32(payload, zlib.crc32(bytes([kind]))) == crc, f"{path}: checksum mismatch at offset {pos}"
-        if kind in (FULL, FIRST):
-            assert pending is None, f"{path}: a new record at offset {pos} before the record at {first_at} ended"
-            pending, first_at = b"", pos
-        else:
-            assert kind in (MIDDLE, LAST), f"{path}: unknown chunk type {kind} at offset {pos}"
-            assert pending is not None, f"{path}: a continuation chunk at offset {pos} without a first chunk"
-        pending += payload
-        if kind in (FULL, LAST):
-            rec = wandb_internal_pb2.Record()
-            try:
-                rec.ParseFromString(pending)
-            except Exception as err:  # the checksums were right: W&B wrote what does not parse
-                raise AssertionError(f"{path}: the record at offset {first_at} does not parse: {err}") from err
-            records.append(rec)
-            pending = None
-        pos = end
-    if pending is not None:
-        raise LogEndsMidRecord(f"{path}: ends inside the record at offset {first_at} (its last chunk is missing)")
+def finished_transaction_log(path: Path) -> list:
+    """The records of a run's transaction log, which must be finished already: ``run.finish()`` offline returns
+    before W&B's service has written the log (issue 45, :mod:`empriv.infra.tracking.transaction_log`), so the
+    writers (``Tracker.finish``, ``write_offline_runs``) wait for each new copy's log before they return and before
+    any older copy goes. A copy still unfinished here is that wait failing; a corrupt log fails the reader."""
+    records = finished_records(path)
+    assert records is not None, f"{path}: not finished when its writer returned ({path.stat().st_size} bytes)"
     return records
-
-
-def finished_transaction_log(path: Path, timeout: float = 120.0) -> list:
-    """The records of a run's transaction log once W&B has finished writing it.
-
-    ``run.finish()`` offline returns before the log is written: it waits for W&B's service (wandb-core) to handle
-    the run's exit record, then tells the service the run is done with a message it does not wait for
-    (``inform_finish``), and only on that message does the service write the buffered records and close the file
-    (issue 45: the file held its 7-byte header alone when ``finish`` returned, and was whole 25-80 ms later, longer
-    on a busy machine; read in that window, a log half written ended inside a record). ``write_offline_runs`` ends
-    the service afterwards, which closes the log too, but only a service this process started (one inherited
-    through ``WANDB_SERVICE`` is left running), and a live run (``EMPRIV_WANDB_LIVE``) keeps it. So wait for what
-    ends a finished run's log — its exit record, the record whose absence makes ``wandb sync`` call a log incomplete
-    — on a record boundary. A log that is corrupt, rather than unfinished, fails at once."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            records = read_transaction_log(path)
-        except LogEndsMidRecord:
-            records = []
-        if any(r.WhichOneof("record_type") == "exit" for r in records):
-            return records
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path}: no exit record after {timeout:.0f} s ({path.stat().st_size} bytes): the run "
-                                 "was not finished, or W&B's service died before it wrote the log")
-        time.sleep(0.01)
 
 
 def _put(target: dict, item) -> None:
@@ -411,10 +329,8 @@ def test_disabled_mode_writes_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_log_reader_checks_each_chunk_and_tells_a_log_cut_off_from_a_whole_one(offline, tmp_path):
-    """The reader the tests use on W&B's ``.wandb`` files: a whole log ends with the run's exit record; any shorter
-    prefix of it (what a reader sees while wandb-core is still writing, issue 45) is whole records only or raises
-    LogEndsMidRecord, never a protobuf error or a half record; a changed byte fails its chunk's checksum."""
+def three_row_run(root: Path) -> tuple:
+    """(params, run, run id, its one local copy): a configuration's train part of three rows, written offline."""
     from empriv.config import RunConfig
 
     params, run = tiny_params(), RunConfig(8.0, 16, 6, 0.01, 0)
@@ -422,18 +338,23 @@ def test_the_log_reader_checks_each_chunk_and_tells_a_log_cut_off_from_a_whole_o
         for i in range(3):
             t.log({"train/step": i + 1, "train/loss": 2.0 - i})
     rid = run_id("empriv", "workspace", run.name)
-    assert write_offline_runs(offline) == [rid]
-    (log,) = local_copies(offline, rid)[0].glob("*.wandb")
+    assert write_offline_runs(root) == [rid]
+    (copy,) = local_copies(root, rid)
+    return params, run, rid, copy
+
+
+def test_the_log_reader_checks_each_chunk_and_tells_a_log_cut_off_from_a_whole_one(offline, tmp_path):
+    """The reader the tests use on W&B's ``.wandb`` files: a whole log ends with the run's exit record; any shorter
+    prefix of it (what a reader sees while wandb-core is still writing, issue 45) is whole records only or raises
+    LogEndsMidRecord, never a protobuf error or a half record; a changed byte fails its chunk's checksum."""
+    (log,) = three_row_run(offline)[3].glob("*.wandb")
     records = finished_transaction_log(log)
     assert read_transaction_log(log) == records and records[-1].WhichOneof("record_type") == "exit"
     rows = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
             for r in records if r.WhichOneof("record_type") == "history"]
     assert [row["train/loss"] for row in rows if "train/loss" in row] == [2.0, 1.0, 0.0]
     data, cut = log.read_bytes(), tmp_path / "cut.wandb"
-    assert len(data) < LOG_BLOCK  # one block: each record is one chunk, each chunk starts where the last one ends
-    starts = [len(LOG_HEADER)]
-    while starts[-1] < len(data):
-        starts.append(starts[-1] + CHUNK_HEADER + struct.unpack("<H", data[starts[-1] + 4 : starts[-1] + 6])[0])
+    starts = chunk_starts(data)  # one block: each record is one chunk, each chunk starts where the last one ends
     assert starts[-1] == len(data) and len(starts) == len(records) + 1
     for k, start in enumerate(starts[:-1]):
         cut.write_bytes(data[:start])  # cut between records: the records before the cut
@@ -448,8 +369,110 @@ def test_the_log_reader_checks_each_chunk_and_tells_a_log_cut_off_from_a_whole_o
     flipped = bytearray(data)
     flipped[len(LOG_HEADER) + CHUNK_HEADER + length - 1] ^= 0x01  # the last byte of the first record
     cut.write_bytes(bytes(flipped))
-    with pytest.raises(AssertionError, match="checksum mismatch at offset 7"):
+    with pytest.raises(CorruptTransactionLog, match="checksum mismatch at offset 7"):
         read_transaction_log(cut)
+
+
+def chunk_starts(data: bytes) -> list[int]:
+    """Where each chunk of a one-block log starts (each record one chunk), and the end of the file."""
+    assert len(data) < LOG_BLOCK
+    starts = [len(LOG_HEADER)]
+    while starts[-1] < len(data):
+        starts.append(starts[-1] + CHUNK_HEADER + struct.unpack("<H", data[starts[-1] + 4 : starts[-1] + 6])[0])
+    return starts
+
+
+def test_the_log_reader_reads_records_over_several_blocks(offline, tmp_path):
+    """A long run's log spans several 32 KiB blocks (chunks end at block boundaries, the rest of a block is padding)
+    and a record longer than a block is split into FIRST, MIDDLE and LAST chunks: read whole, it is finished; cut
+    anywhere before its end it is whole records only or ends mid-record, never finished and never corrupt."""
+    from empriv.config import RunConfig
+
+    params, run = tiny_params(), RunConfig(8.0, 16, 6, 0.01, 2)
+    with open_configuration_run(params, run, section="train", scrub=SecretScrubber()) as t:
+        t.config({"long_note": "x" * (3 * LOG_BLOCK)})  # one record over three blocks
+        for i in range(400):
+            t.log({"train/step": i + 1, "train/loss": 1.0 / (i + 1)})
+    rid = run_id("empriv", "workspace", run.name)
+    assert write_offline_runs(offline) == [rid]
+    (log,) = local_copies(offline, rid)[0].glob("*.wandb")
+    records = finished_transaction_log(log)
+    data = log.read_bytes()
+    assert len(data) > 4 * LOG_BLOCK and max(r.ByteSize() for r in records) > 3 * LOG_BLOCK, len(data)
+    rows = [r for r in records if r.WhichOneof("record_type") == "history"]
+    assert [json.loads(i.value_json) for r in rows for i in r.history.item
+            if (i.key or "/".join(i.nested_key)) == "train/step"] == list(range(1, 401))
+    cut = tmp_path / "cut.wandb"
+    at_blocks = (k * LOG_BLOCK + d for k in range(1, 5) for d in (-7, -1, 0, 1, 7, 8))
+    sizes = sorted({*range(len(LOG_HEADER), len(data), 6007), *(n for n in at_blocks if n < len(data))})
+    mid = 0
+    for size in sizes:
+        cut.write_bytes(data[:size])
+        try:
+            got = read_transaction_log(cut)
+        except LogEndsMidRecord:
+            mid += 1
+        else:
+            assert got == records[: len(got)] and len(got) < len(records)
+        assert finished_records(cut) is None
+    assert 0 < mid < len(sizes)
+
+
+def test_an_unfinished_new_copy_never_replaces_the_last_complete_one(offline, caplog, monkeypatch):
+    """Issue 45: ``run.finish()`` returns before W&B has written the new copy's log; the older copies were deleted
+    right then, so a process killed (or a W&B service dying) in that window left no complete copy of the run. Now
+    the older copies go only once the new copy's log is finished: a new copy as W&B leaves it when stopped in the
+    window (its header alone, or cut inside or before its exit record), or corrupt, keeps them, with one warning
+    line, and its journal is not marked written; the next writing replaces both with one finished copy."""
+    from empriv.infra.tracking import transaction_log
+    from empriv.infra.tracking.journal import dump_journal, journal_digest, retire_older_copies
+    from empriv.infra.tracking.offline import _retire_older_copies
+
+    params, run, rid, complete = three_row_run(offline)
+    (log,) = complete.glob("*.wandb")
+    records, data = finished_transaction_log(log), log.read_bytes()
+    exit_at = chunk_starts(data)[-2]  # the exit record is the last one
+    assert records[-1].WhichOneof("record_type") == "exit"
+    new = complete.with_name(complete.name + "-1")  # W&B's name for a second copy started in the same second
+    shutil.copytree(complete, new)
+    flipped = bytearray(data)
+    flipped[exit_at + CHUNK_HEADER] ^= 0x01
+    unfinished = {"the header alone (what run.finish() returned to)": data[: len(LOG_HEADER)],
+                  "inside the exit record": data[: exit_at + CHUNK_HEADER + 2],
+                  "every record but the exit record": data[:exit_at], "a changed byte": bytes(flipped)}
+    for what, content in unfinished.items():
+        (new / log.name).write_bytes(content)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="empriv.tracking"):
+            assert retire_older_copies(rid, new, [complete], timeout=0.2) is False, what
+        assert local_copies(offline, rid) == [complete, new], what
+        assert finished_transaction_log(log) == records
+        (line,) = caplog.messages
+        assert f"the new local copy of run {rid} is not finished, the 1 older one(s) are kept" in line and \
+            "\n" not in line, what
+
+    # write_offline_runs marks a journal written only once its new copy is finished and the older ones are gone
+    monkeypatch.setattr(transaction_log, "FINISH_TIMEOUT_S", 0.2)
+    (new / log.name).write_bytes(data[: len(LOG_HEADER)])
+    journal = read_journal(offline, rid)
+    digest = journal.pop("written")
+    assert digest == journal_digest(journal)
+    dump_journal(offline, rid, journal)  # as write_offline_runs leaves it while it writes the run again
+    with caplog.at_level(logging.WARNING, logger="empriv.tracking"):
+        _retire_older_copies(offline, [(rid, digest, new, [complete])])
+    assert local_copies(offline, rid) == [complete, new] and "written" not in read_journal(offline, rid)
+
+    # the next writing (a stage changed the journal meanwhile) leaves one finished copy, and marks the journal
+    with open_configuration_run(params, run, section="score", scrub=SecretScrubber()) as t:
+        t.summary({"score/test_nll": 3.0})
+    assert write_offline_runs(offline) == [rid]
+    (latest,) = local_copies(offline, rid)
+    assert latest not in (complete, new) and run_contents(latest)["summary"]["score/test_nll"] == 3.0
+    assert read_journal(offline, rid)["written"] == journal_digest(read_journal(offline, rid))
+    # once W&B has written the rest of a new copy, it replaces the older one
+    shutil.copytree(latest, new)
+    assert retire_older_copies(rid, new, [latest], timeout=0.2) is True
+    assert local_copies(offline, rid) == [new]
 
 
 def test_train_score_and_audit_make_one_complete_offline_run_per_configuration(offline, gpt2_tokenizer):

@@ -21,8 +21,10 @@ offline pieces with one id uploads each piece as if it were the whole run (one o
 wandb/wandb#3841, #5865; offline resume is still an open pull request, #12110). Hence each stage's part
 is kept in a *journal* (``<root>/wandb/empriv-journal/<run id>.json``, one section per stage, already
 scrubbed) and every stage writes the *whole* run again from it — the other stages' parts replayed, its
-own part live — then deletes the older local copies of that run. The offline directory therefore holds
-exactly one complete copy of each run, which ``wandb sync`` uploads as it is. Online, the run is opened
+own part live — then, once W&B has finished writing the new copy (``run.finish()`` returns before it has,
+issue 45), deletes the older local copies of that run. The offline directory therefore holds exactly one complete
+copy of each run, which ``wandb sync`` uploads as it is; a new copy that does not finish keeps the older ones, and
+its run is written again next time. Online, the run is opened
 with ``resume="allow"``: a run the server already has is resumed and only what is new is logged; one it
 lacks is written whole. A file lock on the journal serialises stages that write the same run.
 
@@ -45,7 +47,9 @@ their runs live as online ones do (each stage rewrites the whole run; slower, fo
 :mod:`~empriv.infra.tracking.journal` (the journal and the local copies), :mod:`~empriv.infra.tracking.runs`
 (:class:`Tracker`, opening a run), :mod:`~empriv.infra.tracking.offline` (writing the offline runs),
 :mod:`~empriv.infra.tracking.curves` (the ε points of a training curve), :mod:`~empriv.infra.tracking.service`
-(W&B's working directories inside the project, its start-up limit, its failures that no retry fixes). Import from ``empriv.infra.tracking``.
+(W&B's working directories inside the project, its start-up limit, its failures that no retry fixes),
+:mod:`~empriv.infra.tracking.transaction_log` (a run's ``.wandb`` log read strictly, and when it is finished). Import
+from ``empriv.infra.tracking``.
 """
 
 from empriv.infra.tracking.curves import MAX_EPSILON_POINTS, epsilon_checkpoints

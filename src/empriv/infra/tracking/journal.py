@@ -1,14 +1,23 @@
 """The journal of a run: each stage's part, already scrubbed, kept under ``<root>/wandb/empriv-journal/`` (one
-JSON file and one lock per run), from which every stage writes the whole run again; and the run's local copies."""
+JSON file and one lock per run), from which every stage writes the whole run again; and the run's local copies: an
+older copy is deleted only once the new one is finished (:func:`retire_older_copies`), so the last complete copy of a
+run is never deleted."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import logging
 import re
-from collections.abc import Iterator
+import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from empriv.infra.tracking import transaction_log
+from empriv.infra.tracking.transaction_log import CorruptTransactionLog, LogNotFinished, wait_for_finished_log
+
+log = logging.getLogger("empriv.tracking")
 
 #: the parts of a configuration's run, in the order a full rewrite replays them
 SECTIONS = ("train", "audit", "score", "analysis")
@@ -56,6 +65,40 @@ def local_copies(root: str | Path, rid: str) -> list[Path]:
     same = re.compile(re.escape(rid) + r"(?:-\d+)?")
     return sorted(p for p in wandb_dir.iterdir()
                   if p.is_dir() and (m := _RUN_DIR.match(p.name)) and same.fullmatch(m.group("rest")))
+
+
+def retire_older_copies(rid: str, new: Path, older: Iterable[Path], *, timeout: float | None = None) -> bool:
+    """Delete the ``older`` local copies of run ``rid`` once its new copy ``new`` is finished: W&B's
+    ``run.finish()`` returns before the new copy's transaction log is written (:mod:`~empriv.infra.tracking.
+    transaction_log`), so wait up to ``timeout`` seconds for it (default: ``FINISH_TIMEOUT_S`` there). A new copy
+    that does not finish in time, or whose log is corrupt, keeps the older copies (one warning line): the last
+    complete copy is never deleted. True when the new copy is finished (and the older ones are gone)."""
+    older = [p for p in older if Path(p).resolve() != Path(new).resolve()]
+    timeout = transaction_log.FINISH_TIMEOUT_S if timeout is None else timeout
+    try:
+        wait_for_finished_log(new, timeout=timeout)
+    except (LogNotFinished, CorruptTransactionLog) as err:
+        if older:
+            log.warning("W&B: the new local copy of run %s is not finished, the %d older one(s) are kept: %s", rid,
+                        len(older), err)
+        else:
+            log.warning("W&B: the new local copy of run %s is not finished: %s", rid, err)
+        return False
+    for old in older:
+        shutil.rmtree(old, ignore_errors=True)
+    return True
+
+
+def discard_copy(run_dir: Path, *, timeout: float | None = None) -> None:
+    """Delete the local copy ``run_dir`` of a run that failed (finished with a non-zero exit code), once W&B has
+    stopped writing it (or after ``timeout`` seconds): deleted while W&B's service still writes the log, the
+    directory could come back with files in it, and count as a copy of the run."""
+    timeout = transaction_log.FINISH_TIMEOUT_S if timeout is None else timeout
+    try:
+        wait_for_finished_log(run_dir, timeout=timeout)
+    except (LogNotFinished, CorruptTransactionLog):
+        pass
+    shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def empty_section() -> dict:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from pathlib import Path
 
-from empriv.infra.tracking.journal import (dump_journal, journal_digest, journal_dir, journal_lock, local_copies,
-                                           merged_sections, ordered_sections, read_journal)
+from empriv.infra.tracking.journal import (discard_copy, dump_journal, journal_digest, journal_dir, journal_lock,
+                                           local_copies, merged_sections, ordered_sections, read_journal,
+                                           retire_older_copies)
 from empriv.infra.tracking.naming import tracking_root
 from empriv.infra.tracking.runs import CONFIGURATION_JOB, define_axis, init_wandb, media_of
 
@@ -19,38 +19,62 @@ def write_offline_runs(root: str | Path | None = None, *, force: bool = False) -
     """Write, as complete offline W&B runs, every journal under ``<root>/wandb`` whose offline copy is missing or
     older than the journal (``force``: all of them); in one process, so W&B starts once. Each run is written
     whole — config and tags of all its sections, their history rows in the order train, audit, score,
-    analysis, their tables and figures, the merged summary — and its older local copies are deleted.
-    Returns the ids written. ``root`` defaults to :func:`tracking_root`."""
+    analysis, their tables and figures, the merged summary. Once all are written and W&B's service is ended, each
+    new copy that W&B has finished writing replaces the run's older local copies and marks its journal written; one
+    that does not finish keeps them (:func:`~empriv.infra.tracking.journal.retire_older_copies`), and its journal
+    stays unwritten, for the next call to write again. Returns the ids written. ``root`` defaults to
+    :func:`tracking_root`."""
     import time
 
     root = Path(root).resolve() if root is not None else tracking_root()
     jdir = journal_dir(root)
     if not jdir.is_dir():
         return []
-    start, written = time.monotonic(), []
-    for path in sorted(jdir.glob("*.json")):
-        rid = path.stem
-        with journal_lock(jdir / f"{rid}.lock"):
-            journal = read_journal(root, rid)
-            if not journal.get("sections") or not journal.get("name"):
-                continue
-            digest = journal_digest(journal)
-            if not force and journal.get("written") == digest and local_copies(root, rid):
-                continue
-            _write_whole_run(root, journal)
-            journal["written"] = digest
-            dump_journal(root, rid, journal)
-            written.append(rid)
-    if written:  # W&B's service ends with the writing, not whenever this process does
-        from empriv.infra.tracking.service import end_service
-
-        end_service()
+    start, written = time.monotonic(), []  # (run id, journal digest, new copy, the older copies)
+    try:
+        for path in sorted(jdir.glob("*.json")):
+            rid = path.stem
+            with journal_lock(jdir / f"{rid}.lock"):
+                journal = read_journal(root, rid)
+                if not journal.get("sections") or not journal.get("name"):
+                    continue
+                digest = journal_digest(journal)
+                if not force and journal.get("written") == digest and local_copies(root, rid):
+                    continue
+                if journal.pop("written", None) == digest:  # rewritten (force): unwritten until the new copy is
+                    dump_journal(root, rid, journal)
+                older = local_copies(root, rid)
+                written.append((rid, digest, _write_whole_run(root, journal), older))
+    finally:  # also when a run failed: the runs written before it replace their older copies
+        if written:
+            _retire_older_copies(root, written)
+    if written:
         log.info("W&B: wrote %d offline run(s) to %s in %.1f s (upload with: wandb sync --sync-all %s)",
                  len(written), root / "wandb", time.monotonic() - start, root / "wandb")
-    return written
+    return [rid for rid, *_ in written]
 
 
-def _write_whole_run(root: Path, journal: dict) -> None:
+def _retire_older_copies(root: Path, written: list[tuple[str, str, Path, list[Path]]]) -> None:
+    """End W&B's service, then, for each (run id, journal digest, new copy, older copies) written, delete the older
+    copies once the new one is finished and mark the journal written (if no stage changed it since)."""
+    from empriv.infra.tracking.service import end_service
+
+    # the service ends with the writing, not whenever this process does, and closes every log as it ends (one
+    # inherited through WANDB_SERVICE is not ours to end: retire_older_copies waits for each log all the same)
+    end_service()
+    for rid, digest, new, older in written:
+        with journal_lock(journal_dir(root) / f"{rid}.lock"):
+            if not new.is_dir():  # a later writer has replaced this copy already
+                continue
+            if retire_older_copies(rid, new, older):
+                journal = read_journal(root, rid)
+                if journal_digest(journal) == digest:  # else a stage changed it since: the next call writes it
+                    journal["written"] = digest
+                    dump_journal(root, rid, journal)
+
+
+def _write_whole_run(root: Path, journal: dict) -> Path:
+    """Write the run of ``journal`` as a new offline copy; returns its directory. A failure deletes that copy."""
     os.environ.setdefault("WANDB_SILENT", "true")
     import wandb
 
@@ -60,6 +84,7 @@ def _write_whole_run(root: Path, journal: dict) -> None:
     run = init_wandb(wandb, root, mode="offline", project=journal["project"], name=journal["name"],
                      group=journal["group"], job_type=journal.get("job_type", CONFIGURATION_JOB), rid=rid,
                      config=merged_sections(sections, "config"), tags=tags)
+    this = Path(run.dir).parent
     try:
         for s in order:
             for pattern, step_key in (sections[s].get("axes") or {}).items():
@@ -76,13 +101,9 @@ def _write_whole_run(root: Path, journal: dict) -> None:
             run.log(media, step=step)
         for k, v in merged_sections(sections, "summary").items():
             run.summary[k] = v
-        this = Path(run.dir).parent
     except BaseException:
-        failed = Path(run.dir).parent
         run.finish(exit_code=1)
-        shutil.rmtree(failed, ignore_errors=True)  # not a copy of the run: the older one, if any, stays
+        discard_copy(this)  # not a copy of the run: the older one, if any, stays
         raise
     run.finish()
-    for old in local_copies(root, rid):
-        if old.resolve() != this.resolve():
-            shutil.rmtree(old, ignore_errors=True)
+    return this

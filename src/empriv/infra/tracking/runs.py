@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from empriv.infra.tracking.journal import (dump_journal, empty_section, journal_digest, journal_dir, journal_lock,
-                                           local_copies, merged_sections, ordered_sections, read_journal)
+from empriv.infra.tracking.journal import (discard_copy, dump_journal, empty_section, journal_digest, journal_dir,
+                                           journal_lock, local_copies, merged_sections, ordered_sections, read_journal,
+                                           retire_older_copies)
 from empriv.infra.tracking.naming import configuration_config, epsilon_tags, run_id, study_group, tracking_root
 from empriv.infra.tracking.scrub import SecretScrubber, numeric
 
@@ -136,8 +136,8 @@ class Tracker:
 
     # --- closing -----------------------------------------------------------------------------------
     def finish(self, summary: dict | None = None) -> None:
-        """Write this section to the journal, log the media and the summary, close the run and delete the
-        run's older local copies."""
+        """Write this section to the journal, log the media and the summary, close the run and, once W&B has
+        finished writing the new local copy, delete the run's older ones (:func:`retire_older_copies`)."""
         if self._closed:
             return
         self._closed = True
@@ -160,14 +160,16 @@ class Tracker:
             merged_summary.update(self._part["summary"])
             for k, v in merged_summary.items():
                 self._run.summary[k] = v
-            if self.mode == "offline" and not self._resumed:  # this copy is whole: write_offline_runs skips it
-                self._journal["written"] = journal_digest(self._journal)
+            self._journal.pop("written", None)  # no finished copy of this journal yet
             self._write_journal()
             this = self.directory
+            older = local_copies(self._root, self._rid)  # the journal's lock is held: no other writer adds one
             self._run.finish()
-            for old in local_copies(self._root, self._rid):
-                if this is None or old.resolve() != this.resolve():
-                    shutil.rmtree(old, ignore_errors=True)
+            # run.finish() returns before W&B has written the new copy: the older ones go once it is finished
+            finished = retire_older_copies(self._rid, this, older)
+            if finished and self.mode == "offline" and not self._resumed:  # whole: write_offline_runs skips it
+                self._journal["written"] = journal_digest(self._journal)
+                self._write_journal()
         finally:
             self._release()
 
@@ -181,8 +183,7 @@ class Tracker:
                 return
             this = self.directory
             self._run.finish(exit_code=1)
-            if this is not None:
-                shutil.rmtree(this, ignore_errors=True)  # the journal's copy (if any) stays the complete one
+            discard_copy(this)  # the journal's copy (if any) stays the complete one
         finally:
             self._release()
 

@@ -20,7 +20,7 @@ then ends with one ``error: …`` line and exit status 2, which the sweep does n
 
 **The service process** (``wandb-core``) is started by the first ``wandb.init`` of a process with that process's
 pid, and ends when that process ends (it watches the pid), whatever ends it; :func:`end_service` ends it as soon as
-a stage is done with W&B.
+a stage is done with W&B (a service inherited from a parent process is left to the parent).
 """
 
 from __future__ import annotations
@@ -134,7 +134,14 @@ def deterministic_failure(err: BaseException, mode: str) -> str | None:
 
 
 def end_service() -> None:
-    """End this process's W&B service (``wandb-core``) now, if it runs; the next ``wandb.init`` starts another."""
+    """End this process's W&B service (``wandb-core``) now, if it runs; the next ``wandb.init`` starts another.
+    Ending it makes it write and close the transaction log of every run it holds.
+
+    A service *inherited* through ``WANDB_SERVICE`` (W&B puts its service's address there, so a child process
+    started after a ``wandb.init`` connects to its parent's service) is not this process's to end — the parent's
+    runs use it, and it ends with the parent: ``wandb.teardown()`` then closes the connection only, and returns
+    without waiting for the logs of this process's runs. Code that needs a finished log waits for it
+    (:func:`~empriv.infra.tracking.journal.retire_older_copies`), whoever's service writes it."""
     import sys
 
     wandb = sys.modules.get("wandb")
