@@ -241,6 +241,7 @@ def test_fix_inputs_rewrites_only_the_inputs_and_keeps_comments(tmp_path):
 
 def test_the_public_file_is_a_raw_input_as_the_corpus_is(tmp_path):
     from empriv.config import expected_inputs
+    from empriv.checks import short_repr
     from empriv.pipeline.validate import fix_inputs, validate_project
 
     corpus, public = tmp_path / "c.jsonl", tmp_path / "p.jsonl"
@@ -256,11 +257,11 @@ def test_the_public_file_is_a_raw_input_as_the_corpus_is(tmp_path):
                                 f"to it would not re-run the DAG; run `empriv validate --fix-inputs` or add it (allowed: "
                                 f"inputs: {{public: {public}}})"]
     assert one_line({**raw, "inputs": {"corpus": str(corpus), "public": str(corpus)}}) == (
-        f"inputs.public: must name data.public_path's file (got {str(corpus)!r}; allowed: {str(public)!r})")
+        f"inputs.public: must name data.public_path's file (got {short_repr(str(corpus))}; allowed: {str(public)!r})")
     builtin = with_("data", {"source": "text", "path": str(corpus), "n_train": 10})
     assert one_line({**builtin, "inputs": {"corpus": str(corpus), "public": str(public)}}) == (
         f"inputs.public: data.public_path names no raw file (null, or a built-in or hub base): remove inputs.public "
-        f"(got {str(public)!r}; allowed: no inputs.public)")
+        f"(got {short_repr(str(public))}; allowed: no inputs.public)")
     assert fix_inputs(tmp_path / "params.yaml") == {"corpus": str(corpus), "public": str(public)}
     assert validate_project(tmp_path / "params.yaml", tmp_path / "no-dvc.yaml").inputs == {
         "corpus": str(corpus), "public": str(public)}
