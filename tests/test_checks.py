@@ -79,7 +79,7 @@ def test_one_format_for_the_library_and_the_config():
                                                                         "in [1, 8])")
     assert ParamError("must be > 0", -1, "a finite number > 0").text() == problem_text("must be > 0", -1,
                                                                                        "a finite number > 0")
-    assert problem_text("is required") == "is required" and problem_text("x", "y" * 100).endswith("y...)")
+    assert problem_text("is required") == "is required" and problem_text("x", "y" * 300).endswith("y...)")
     with pytest.raises(ValueError) as err:  # a Field(ge=10) of the config reads as require_int does
         parse_params({"data": {"n_train": 0}})
     assert "data.n_train: out of range (got 0; allowed: an integer >= 10)" in str(err.value)
@@ -101,3 +101,14 @@ def test_the_modules_that_checked_by_hand_now_share_the_message_and_take_numpy_i
         check(np.int64(2))
     except AttributeError:  # micro_batches(None, …): past the check
         pass
+
+
+def test_a_long_path_is_shown_whole_and_a_long_list_is_cut():
+    from empriv.checks import problem_text
+
+    path = "/tmp/" + "d" * 150 + "/corpus.jsonl"
+    assert problem_text("not found", path) == f"not found (got {path!r})"
+    long_list = list(range(100))
+    text = problem_text("too many", long_list)
+    assert text.startswith("too many (got [0, 1, 2,") and text.endswith("...)") and len(text) == len("too many (got )") + 80
+    assert problem_text("too long", "x" * 300) == f"too long (got {('x' * 300)!r}"[:len("too long (got ") + 237] + "...)"

@@ -14,8 +14,11 @@ from typing import Any
 NOTHING = object()  # "no value given" (None is a value)
 
 
-def short_repr(value: Any, limit: int = 80) -> str:
-    """``repr(value)``, cut to ``limit`` characters (``...`` at the end)."""
+def short_repr(value: Any, limit: int | None = None) -> str:
+    """``repr(value)``, cut to ``limit`` characters (``...`` at the end). By default a string (a path, a name the
+    user must find again) keeps up to 240 characters, any other value 80."""
+    if limit is None:
+        limit = 240 if isinstance(value, str) else 80
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -1,14 +1,16 @@
 """Atomic file output: a stage that fails leaves either the old file or nothing, never half a file; JSON(L) reading
-and writing; a file's content digest."""
+and writing; CSV rows of any size; a file's content digest."""
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
 import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -27,6 +29,19 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def unwritable_reason(directory: str | Path) -> str | None:
+    """Why nothing can be written in ``directory`` (created if missing; a temporary file written and removed), or
+    None when it can."""
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    return None
+
+
 def ensure_writable(*targets: str | Path) -> None:
     """Fail now, in one line, when a stage could not write one of its outputs later (after minutes of training):
     each target's directory (a file's or an atomic output directory's parent) is created if missing and a
@@ -36,13 +51,8 @@ def ensure_writable(*targets: str | Path) -> None:
     problems = []
     for target in targets:
         where = Path(target).parent
-        try:
-            where.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=where)
-            os.close(fd)
-            os.unlink(probe)
-        except OSError as err:
-            reason = err.strerror or type(err).__name__
+        reason = unwritable_reason(where)
+        if reason is not None:
             problems.append(f"{where}: cannot write {Path(target).name} there ({reason}), so nothing was run (allowed: "
                             f"a writable directory; fix its permissions, e.g. chmod u+w {where}, or remove what is in "
                             f"the way)")
@@ -117,3 +127,11 @@ def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
     name: ``"sha256"``, ``"md5"`` as DVC records its outputs, …)."""
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, algorithm).hexdigest()
+
+
+def csv_rows(path: str | Path, *, errors: str) -> Iterator[tuple[int, list[str]]]:
+    """(record number, fields) of every CSV record, the header being record 1; fields of any size (e-mail bodies
+    exceed the csv module's 128 KiB default). ``errors``: how undecodable UTF-8 is read (``open``'s argument)."""
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    with open(path, newline="", encoding="utf-8", errors=errors) as fh:
+        yield from enumerate(csv.reader(fh), 1)

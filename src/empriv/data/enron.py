@@ -39,10 +39,8 @@ Bodies are never logged: functions here return data and counts, they do not prin
 
 from __future__ import annotations
 
-import csv
 import random
 import re
-import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +51,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from empriv.checks import require_int, require_real
+from empriv.io import csv_rows
 
 T = TypeVar("T")
 
@@ -214,22 +213,21 @@ def parse_email(file: str, raw: str) -> EnronEmail:
 
 
 def _csv_rows(path: Path, report: LoadReport) -> Iterator[tuple[str, str]]:
-    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    with open(path, newline="", encoding="utf-8", errors="surrogateescape") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            return
-        names = [h.strip().lower() for h in header]
-        if "file" not in names or "message" not in names:
-            raise ValueError(f"{path}: CSV header must have columns 'file' and 'message', got {header}")
-        i_file, i_msg = names.index("file"), names.index("message")
-        for line_no, row in enumerate(reader, start=2):
-            report.n_rows += 1
-            if len(row) != len(names):
-                report.malformed.append((f"line {line_no}", f"expected {len(names)} fields, got {len(row)}"))
-                continue
-            yield row[i_file], row[i_msg]
+    records = csv_rows(path, errors="surrogateescape")
+    first = next(records, None)
+    if first is None:
+        return
+    header = first[1]
+    names = [h.strip().lower() for h in header]
+    if "file" not in names or "message" not in names:
+        raise ValueError(f"{path}: CSV header must have columns 'file' and 'message', got {header}")
+    i_file, i_msg = names.index("file"), names.index("message")
+    for line_no, row in records:
+        report.n_rows += 1
+        if len(row) != len(names):
+            report.malformed.append((f"line {line_no}", f"expected {len(names)} fields, got {len(row)}"))
+            continue
+        yield row[i_file], row[i_msg]
 
 
 def _maildir_root(path: Path) -> Path:

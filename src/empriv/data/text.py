@@ -28,12 +28,12 @@ validation (:mod:`empriv.pipeline.input_checks`) reports them before DVC touches
 
 from __future__ import annotations
 
-import csv
 import json
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from empriv.io import csv_rows
 
 FORMATS = ("jsonl", "csv", "parquet", "lines", "files")
 SPLIT_VALUES = ("train", "validation", "test", "public")
@@ -99,20 +99,19 @@ def _rows(path: Path, fmt: str, load: TextLoad):
                     continue
                 yield f"line {n}", row
     elif fmt == "csv":
-        csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-            reader = csv.reader(fh)
-            header = next(reader, None)
-            if header is None:
-                return
-            load.fields = [h.strip() for h in header]
-            for n, values in enumerate(reader, 2):
-                load.n_rows += 1
-                if len(values) != len(header):
-                    load.problems.append(f"row {n}: {len(values)} fields, the header has {len(header)} (allowed: one "
-                                         "value per column, quoted as Python's csv module writes them)")
-                    continue
-                yield f"row {n}", dict(zip(load.fields, values))
+        records = csv_rows(path, errors="replace")
+        first = next(records, None)
+        if first is None:
+            return
+        header = first[1]
+        load.fields = [h.strip() for h in header]
+        for n, values in records:
+            load.n_rows += 1
+            if len(values) != len(header):
+                load.problems.append(f"row {n}: {len(values)} fields, the header has {len(header)} (allowed: one "
+                                     "value per column, quoted as Python's csv module writes them)")
+                continue
+            yield f"row {n}", dict(zip(load.fields, values))
     elif fmt == "parquet":
         import polars as pl
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import configparser
 import os
 import socket
-import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from empriv.config import Params
+from empriv.io import unwritable_reason
 
 #: seconds to wait for the W&B host (or the proxy) to accept a TCP connection
 CONNECT_TIMEOUT_S = 3.0
@@ -37,18 +37,6 @@ def wandb_mode(params: Params, environ=None) -> tuple[str, str]:
     return params.runtime.wandb_mode, "runtime.wandb_mode"
 
 
-def _unwritable(directory: Path) -> str | None:
-    """Why W&B could not write in ``directory`` (created if missing, as W&B would), or None."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=directory)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        return err.strerror or type(err).__name__
-    return None
-
-
 def directory_errors(root: Path, mode: str, environ=None) -> list[str]:
     from empriv.infra.tracking.service import unwritable_line, wandb_directories
 
@@ -56,7 +44,7 @@ def directory_errors(root: Path, mode: str, environ=None) -> list[str]:
     for var, path in wandb_directories(root, mode, environ).items():
         if any(path.is_relative_to(f) for f in failed):
             continue  # inside a directory already named
-        reason = _unwritable(path)
+        reason = unwritable_reason(path)
         if reason is None:
             continue
         failed.append(path)
