@@ -4,6 +4,7 @@ and that they follow their outputs and go once committed. The sweeps around them
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -108,7 +109,60 @@ def test_a_committed_output_re_linked_by_dvc_moves_the_records_that_read_it_alon
     records = FinishedRecords([tmp_path / "sweep" / "1"], tmp_path)
     out = Path(train.outs[0])
     os.utime(out, ns=(out.stat().st_atime_ns, out.stat().st_mtime_ns + 10**9))  # DVC's re-link: same content
-    assert records.check(total) == "a dependency changed since its command started"
+    assert records.check(train) == "its outputs changed since its job ended"
+    assert records.check(total) is None  # a dep: its noted MD5 still holds
     records.refresh_outs("train@1", train.outs)
     again = FinishedRecords([tmp_path / "sweep" / "1"], tmp_path)  # as the next sweep reads them
     assert again.check(train) is None and again.check(total) is None
+
+
+def test_a_dep_written_again_with_the_same_content_still_matches_and_other_content_does_not(tmp_path, monkeypatch):
+    from empriv.infra.sweep import recover
+
+    _workspace(tmp_path)
+    item = _item(tmp_path)
+    _finish(tmp_path, tmp_path / "sweep" / "1", item)
+    noted = json.loads((tmp_path / "sweep" / "1" / "finished" / "train@1.json").read_text())["deps"]
+    assert noted["train.py"][2] == hashlib.md5(b"print(1)").hexdigest() and noted["data"] == "dir"
+
+    def rewrite(path: Path, text: str) -> None:  # a new file (a new inode and mtime), as a re-run stage leaves it
+        path.unlink()
+        path.write_text(text)
+        os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+
+    rewrite(tmp_path / "train.py", "print(1)")
+    rewrite(tmp_path / "data" / "a.txt", "a")
+    assert FinishedRecords([tmp_path / "sweep" / "1"], tmp_path).check(item) is None
+    rewrite(tmp_path / "data" / "a.txt", "b")  # same size, other content
+    assert FinishedRecords([tmp_path / "sweep" / "1"], tmp_path).check(item) == (
+        "a dependency changed since its command started")
+    rewrite(tmp_path / "data" / "a.txt", "a")
+    (tmp_path / "data" / "new.txt").write_text("n")  # a file more under a dep directory
+    assert FinishedRecords([tmp_path / "sweep" / "1"], tmp_path).check(item) is not None
+    (tmp_path / "data" / "new.txt").unlink()
+    assert FinishedRecords([tmp_path / "sweep" / "1"], tmp_path).check(item) is None
+
+    # above the size limit a file is noted by size and mtime alone: written again, it no longer matches
+    monkeypatch.setattr(recover, "DIGEST_MAX_BYTES", 4)
+    (tmp_path / "sweep" / "1" / "finished" / "train@1.json").unlink()
+    _finish(tmp_path, tmp_path / "sweep" / "1", item)
+    noted = json.loads((tmp_path / "sweep" / "1" / "finished" / "train@1.json").read_text())["deps"]
+    assert noted["train.py"][2] is None and noted["data/a.txt"][2] is not None
+    rewrite(tmp_path / "data" / "a.txt", "a")
+    assert FinishedRecords([tmp_path / "sweep" / "1"], tmp_path).check(item) is None
+    rewrite(tmp_path / "train.py", "print(1)")
+    assert FinishedRecords([tmp_path / "sweep" / "1"], tmp_path).check(item) == (
+        "a dependency changed since its command started")
+
+
+def test_a_record_without_digests_is_compared_by_size_and_mtime(tmp_path):
+    _workspace(tmp_path)
+    item = _item(tmp_path)
+    record = _finish(tmp_path, tmp_path / "sweep" / "1", item)
+    data = json.loads(record.read_text())
+    data["deps"] = {k: (v[:2] if isinstance(v, list) else v) for k, v in data["deps"].items()}  # an older sweep's
+    record.write_text(json.dumps(data))
+    assert FinishedRecords([tmp_path / "sweep" / "1"], tmp_path).check(item) is None
+    os.utime(tmp_path / "train.py", ns=(0, os.stat(tmp_path / "train.py").st_mtime_ns + 10**9))
+    assert FinishedRecords([tmp_path / "sweep" / "1"], tmp_path).check(item) == (
+        "a dependency changed since its command started")

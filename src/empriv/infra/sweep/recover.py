@@ -7,7 +7,8 @@ writes ``<job folder>/finished/<item>.json`` (atomically, :func:`write_record`):
 
 - the item's resolved commands;
 - ``deps``: a signature of its deps as they were when the command started — per file under each dep path, its path
-  relative to the workspace, size and ``mtime_ns`` (what DVC's own state cache trusts before it re-hashes a file);
+  relative to the workspace, size and ``mtime_ns`` (what DVC's own state cache trusts before it re-hashes a file),
+  and the MD5 of its content for files up to ``DIGEST_MAX_BYTES``;
 - ``params``: the values of the params keys it depends on, read from the params files when the command started;
 - ``outs``: the same signature of its outputs after the command ended.
 
@@ -15,8 +16,10 @@ The next sweep (it holds the workspace lock, so no live sweep owns those folders
 job folders of its workspace (:class:`FinishedRecords`). At an item's turn, before its outputs would be removed, a
 record counts only when everything still holds now: the same commands and params values, and deps and outputs with
 the same signature (outputs complete: every declared output exists). Such an item is committed with the others, not
-run; any other record is dropped and the item runs as usual. A dep re-created meanwhile (a stage below a re-run one)
-has a new ``mtime_ns`` and so does not match. Records are removed once their item is committed. DVC's commit re-links
+run; any other record is dropped and the item runs as usual. A dep re-written meanwhile matches only with the same
+content: a file with a new ``mtime_ns`` is hashed again and compared with its noted MD5 (the stages above a study's
+chunk re-run with the same outputs, DVC re-links a checked-out model, the ``code`` and ``validate`` stages re-write
+their small files); a larger file with a new ``mtime_ns``, or another size, does not match. Records are removed once their item is committed. DVC's commit re-links
 an output into the workspace (its ``mtime_ns`` changes): the sweep refreshes the record's ``outs`` right after each
 item's commit, so a sweep killed during the commit itself leaves records that still match.
 """
@@ -30,20 +33,38 @@ from pathlib import Path
 from typing import Any
 
 from empriv.infra.sweep.leftovers import item_record_path, write_record as _write_json
+from empriv.io import file_digest
 
 FINISHED_DIR = "finished"  # in a sweep's job folder
 _MISSING = "<missing>"  # a params key the file does not have
+#: deps up to this size are noted with the MD5 of their content (a default train item's deps: ~4 MB in all); a larger
+#: file (a real model's weights) is read again only if DVC would, so it is noted by size and mtime alone
+DIGEST_MAX_BYTES = 64 * 2**20
 
 
 def _record_path(folder: Path | str, address: str) -> Path:
     return item_record_path(folder, FINISHED_DIR, address)
 
 
-def signature(paths: list[str], root: str | Path) -> dict[str, Any]:
+def _md5(path: str) -> str | None:
+    try:
+        return file_digest(path, "md5")
+    except OSError:
+        return None
+
+
+def signature(paths: list[str], root: str | Path, digests: bool = False) -> dict[str, Any]:
     """``{path relative to root: [size, mtime_ns]}`` of every file under ``paths`` (a directory: ``"dir"`` and its
-    files; a path that does not exist: None). Symbolic links are followed, as DVC hashes their targets."""
+    files; a path that does not exist: None). With ``digests``, a file entry is ``[size, mtime_ns, md5]``, the MD5
+    None above ``DIGEST_MAX_BYTES``. Symbolic links are followed, as DVC hashes their targets."""
     root = str(root)
     sig: dict[str, Any] = {}
+
+    def entry(full: str, st: os.stat_result) -> list:
+        if not digests:
+            return [st.st_size, st.st_mtime_ns]
+        return [st.st_size, st.st_mtime_ns, _md5(full) if st.st_size <= DIGEST_MAX_BYTES else None]
+
     for path in paths:
         rel = os.path.relpath(path, root)
         if os.path.isdir(path):
@@ -57,15 +78,32 @@ def signature(paths: list[str], root: str | Path) -> dict[str, Any]:
                     except OSError:
                         sig[os.path.relpath(full, root)] = None
                         continue
-                    sig[os.path.relpath(full, root)] = [st.st_size, st.st_mtime_ns]
+                    sig[os.path.relpath(full, root)] = entry(full, st)
         else:
             try:
                 st = os.stat(path)
             except OSError:
                 sig[rel] = None
                 continue
-            sig[rel] = [st.st_size, st.st_mtime_ns]
+            sig[rel] = entry(path, st)
     return sig
+
+
+def same_deps(noted: dict[str, Any], deps: list[str], root: str | Path) -> bool:
+    """Whether ``deps`` are now as ``noted`` (a :func:`signature`, with or without digests): the same files, each
+    with its noted size and mtime, or its noted size and MD5 (the same content written again)."""
+    now = signature(deps, root)
+    if set(now) != set(noted):
+        return False
+    for rel, was in noted.items():
+        cur = now[rel]
+        if not isinstance(was, list) or not isinstance(cur, list):
+            if was != cur:
+                return False
+        elif was[:2] != cur and not (len(was) > 2 and was[2] is not None and was[0] == cur[0]
+                                     and _md5(os.path.join(str(root), rel)) == was[2]):
+            return False
+    return True
 
 
 def _load_params_file(path: str) -> Any:
@@ -111,7 +149,7 @@ def param_values(params: dict[str, list[str]]) -> dict[str, Any] | None:
 
 def started_state(deps: list[str], params: dict[str, list[str]], root: str | Path) -> dict[str, Any]:
     """What a job notes when its command starts: the deps' signature and the params values."""
-    return {"deps": signature(deps, root), "params": param_values(params)}
+    return {"deps": signature(deps, root, digests=True), "params": param_values(params)}
 
 
 def write_record(folder: Path | str, address: str, root: str | Path, commands: list[str], started: dict[str, Any],
@@ -127,6 +165,11 @@ def write_record(folder: Path | str, address: str, root: str | Path, commands: l
 _write = _write_json
 
 
+def _noted(entry: Any) -> Any:
+    """A signature entry without its digest (``[size, mtime_ns]``; markers as they are)."""
+    return entry[:2] if isinstance(entry, list) else entry
+
+
 def mismatch(record: dict, address: str, commands: list[str], deps: list[str], outs: list[str],
              params: dict[str, list[str]], root: str | Path) -> str | None:
     """Why ``record`` does not stand for the item now (a few words), None when it does: the same commands and params
@@ -139,7 +182,7 @@ def mismatch(record: dict, address: str, commands: list[str], deps: list[str], o
         return "its outputs changed since its job ended"
     if record.get("params") is None or record.get("params") != param_values(params):
         return "a params value it reads changed"
-    if record.get("deps") != signature(deps, root):
+    if not isinstance(record.get("deps"), dict) or not same_deps(record["deps"], deps, root):
         return "a dependency changed since its command started"
     return None
 
@@ -194,9 +237,10 @@ class FinishedRecords:
         # the same content under a new mtime: a record that noted these files as its deps, as they were, follows too
         for other, data in self._records.items():
             deps = data.get("deps") or {}
-            moved = [k for k, v in after.items() if k in deps and deps[k] == before.get(k) and v != before.get(k)]
+            moved = [k for k, v in after.items()
+                     if k in deps and _noted(deps[k]) == before.get(k) and v != before.get(k)]
             if other != address and moved and self._paths.get(other):
-                deps.update({k: after[k] for k in moved})
+                deps.update({k: after[k] + deps[k][2:] for k in moved})
                 _write(self._paths[other][-1], data)
 
     def forget(self, addresses: list[str]) -> None:
