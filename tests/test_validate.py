@@ -699,3 +699,32 @@ def test_the_default_params_name_the_cpu_budget_and_set_no_search_key():
     assert acr["budget"] == "cpu"
     from empriv.score.acr import SEARCH_FIELDS
     assert not set(acr) & set(SEARCH_FIELDS)  # a search key here would silently override the budget
+
+
+def test_an_audit_cube_that_cannot_meet_the_main_cube_is_noted():
+    from empriv.pipeline.validate import audit_join_warnings
+
+    cube = {"epsilon": [8], "batch_size": [8, 16], "steps": [1, 2], "learning_rate": [0.01], "seed": [0, 1]}
+    base = with_("cube", cube)
+    shared = with_("audit.cube", {**cube, "seed": [0]}, base)
+    assert audit_join_warnings(parse_params(shared)) == []  # 4 of the main cube's configurations at eps 8
+    apart = parse_params(with_("audit.cube", {**cube, "learning_rate": [0.02]}, base))
+    assert audit_join_warnings(apart) == [
+        "audit.cube: none of its 4 configuration(s) is one of the main cube's (e.g. eps8-b16-T1-lr0.02-full), so "
+        "its ε̂ stand alone: analyze ranks none against a memorisation score or the utility (audit_spread is empty; "
+        "audit.cube values of cube join them)"]
+    two = parse_params(with_("audit.cube", {**cube, "batch_size": [8, 32]}, base))  # b 32 is not in the cube
+    assert audit_join_warnings(two) == [
+        "audit.cube: at most 2 of its configurations at one ε are the main cube's, so analyze ranks no ε̂ against the "
+        "scores (Spearman needs 3 at one ε)"]
+
+
+def test_validate_prints_the_audit_note_and_passes(tmp_path):
+    cube = {"epsilon": [8], "batch_size": [8], "steps": [1], "learning_rate": [0.01], "seed": [0]}
+    raw = with_("audit.cube", {**cube, "steps": [3]}, with_("cube", cube))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    run = subprocess.run([str(VENV_BIN / "empriv"), "validate", str(tmp_path / "params.yaml"), "--dvc-yaml",
+                          str(tmp_path / "no-dvc.yaml")], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1].startswith("note: audit.cube: none of its 1 configuration(s) is one of the "
+                                                  "main cube's (e.g. eps8-b8-T3-lr0.01-full)")

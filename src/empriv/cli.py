@@ -74,7 +74,7 @@ def _exps(args) -> int:
 def _validate(args) -> int:
     from empriv.config import load_params
     from empriv.pipeline.cube_size import run_counts, size_lines
-    from empriv.pipeline.validate import fix_inputs, validate_project
+    from empriv.pipeline.validate import audit_join_warnings, fix_inputs, validate_project
 
     if args.fix_inputs:
         fixed = fix_inputs(args.params)
@@ -89,6 +89,8 @@ def _validate(args) -> int:
     print(f"{args.params}: valid ({runs} configurations in the cube, {audits} in the audit cube)")
     for line in size:
         print(line)
+    for line in audit_join_warnings(params):
+        print(f"note: {line}")
     return 0
 
 

@@ -169,6 +169,32 @@ def validate_project(params_path: str | Path = paths.PARAMS, dvc_yaml: str | Pat
     return params
 
 
+def audit_join_warnings(params: Params) -> list[str]:
+    """A line when the audit cube cannot meet the main cube in the analysis: analyze joins an audited configuration
+    to the main cube's configuration of the same name (the seed aside) and ranks ε̂ against the scores at one ε over
+    at least ``MIN_CONFIGS`` such configurations (:mod:`empriv.analysis.audit_spread`). Not an error: an audit of
+    its own (a canary design, an adaptation method) is a valid study, its ε̂ stands alone."""
+    from empriv.analysis.audit_spread import MIN_CONFIGS
+
+    audited = {r.group: r.epsilon for r in params.audit_runs()}
+    if not audited:
+        return []
+    main = {r.group for r in params.runs()}
+    shared: dict[float, int] = {}
+    for group, epsilon in audited.items():
+        if group in main:
+            shared[epsilon] = shared.get(epsilon, 0) + 1
+    if not shared:
+        example = sorted(audited)[0]
+        return [f"audit.cube: none of its {len(audited)} configuration(s) is one of the main cube's (e.g. {example}), "
+                f"so its ε̂ stand alone: analyze ranks none against a memorisation score or the utility (audit_spread "
+                f"is empty; audit.cube values of cube join them)"]
+    if max(shared.values()) < MIN_CONFIGS:
+        return [f"audit.cube: at most {max(shared.values())} of its configurations at one ε are the main cube's, so "
+                f"analyze ranks no ε̂ against the scores (Spearman needs {MIN_CONFIGS} at one ε)"]
+    return []
+
+
 def fix_inputs(params_path: str | Path = paths.PARAMS) -> dict[str, str] | None:
     """Set the params file's ``inputs`` to the raw files ``data.path``, ``secrets.overrides``, a local ``base.name``
     and ``data.public_path`` name (ruamel round trip: comments and order kept). Returns the new mapping, or None when the file
@@ -310,4 +336,6 @@ def cli(argv: list[str] | None = None) -> int:
         print(f"{stale}: removed (params name no such raw input any more)")
     write_marker(args.marker)
     print(f"{args.params}: valid ({len(params.runs())} configurations in the cube, {len(params.audit_runs())} in the audit cube)")
+    for line in audit_join_warnings(params):
+        print(f"note: {line}")
     return 0
