@@ -292,3 +292,16 @@ def test_ctrl_c_during_a_study_waits_for_its_sweep_to_stop_in_order(tmp_path):
             os.killpg(parent.pid, signal.SIGKILL)
     assert out.split() == ["130", "True"], out + err
     assert (tmp_path / "committed").exists()  # the child was not killed before its commit
+
+
+def test_a_sweep_stopped_by_a_signal_interrupts_the_study_even_when_the_study_never_saw_it():
+    """`empriv study run` started in the background of a script ignores SIGINT (the shell's rule for background
+    jobs), so its sweep alone gets a kill -INT: the sweep's exit 130 (or 143 for SIGTERM) still means "interrupted,
+    run again to resume", not a failed study."""
+    import signal
+
+    from empriv.study import stopped_by_signal
+
+    assert stopped_by_signal(130) and stopped_by_signal(143)
+    assert stopped_by_signal(-signal.SIGINT) and stopped_by_signal(-signal.SIGTERM)
+    assert not any(stopped_by_signal(code) for code in (0, 1, 2, 137, -signal.SIGKILL))

@@ -159,6 +159,16 @@ class StudyInterrupted(RuntimeError):
     one line and exits 130."""
 
 
+def stopped_by_signal(returncode: int) -> bool:
+    """Whether a sweep's exit status says it stopped in order on SIGINT or SIGTERM (it committed what finished, exit
+    128 + the signal) or was ended by one. A study counts that as interrupted even when the Ctrl-C never reached the
+    study's own process: a study started in the background of a non-interactive shell ignores SIGINT, and a signal
+    may be sent to the sweep alone."""
+    import signal
+
+    return returncode in {128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM}
+
+
 def run_waiting(cmd: list[str], **kwargs) -> tuple[int, bool]:
     """Run ``cmd`` and return (its exit status, whether a Ctrl-C came meanwhile). Ctrl-C sends SIGINT to the
     terminal's whole process group, the child included: rather than kill the child 0.25 s later (what
@@ -202,6 +212,7 @@ def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int 
             log.write(f"$ {' '.join(cmd)}\n")
             log.flush()
             returncode, interrupted = run_waiting(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
+            interrupted = interrupted or stopped_by_signal(returncode)
             if returncode or interrupted:
                 break
         run_waiting([sys.executable, "-m", "empriv.infra.warm", "--stop"], cwd=work, env=env, stdout=log,
