@@ -13,8 +13,8 @@ building its index of some 200,000 stages, before anything said it would take mo
 **The estimate** is ``empriv study plan``'s FLOP model (:func:`empriv.study_plan.plan`: training, scoring with ACR
 and auditing FLOPs of every run) at the CPU rate measured on this machine (``CPU_STEP``: a DP step of the tiny
 GPT-2 on one thread), divided by the runs the local sweep runs at once (``sweep.jobs``, at most the cores). It counts
-no process start or DVC bookkeeping, and it over-estimates the default's measured cold run about twofold (13,600
-CPU-s estimated, 6,200 measured: docs/timing.md): read it as an order of magnitude. A base whose size is unknown
+no process start or DVC bookkeeping, and it over-estimates the default's measured cold run about 1.7-fold (11,600
+CPU-s estimated, 6,900 measured at 287db45: docs/timing.md): read it as an order of magnitude. A base whose size is unknown
 (a hub id not in ``study_plan.MODEL_SIZES``) gets no estimate, only the count.
 """
 
