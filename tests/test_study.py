@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from empriv.config import ConfigError, parse_params, read_yaml
+from empriv.study_design import parts, union_params
 from empriv.study import merge, resolve_preset, summarise_cost
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -210,23 +211,8 @@ def test_every_shipped_preset_validates(name, tmp_path):
         return
     if path and not (ROOT / path).exists():
         pytest.skip(f"{name}: its corpus {path} is not beside this checkout (../shared/data)")
-    parse_params(resolve_preset(name, ROOT))
-
-
-def test_the_research_cpu_preset_is_the_research_design_at_cpu_scale():
-    """ε ∈ {1, 2, 4, 8, ∞}, b, T and η at three values each with a central value, ≥ 3 seeds, ACR on every run and
-    every string secret, on the default corpus (issue 41)."""
-    params = parse_params(resolve_preset("research-cpu", ROOT))
-    c = params.cube
-    assert c.epsilon == [1, 2, 4, 8, float("inf")]
-    assert len(c.batch_size) == len(c.steps) == len(c.learning_rate) == 3 and len(c.seed) >= 3
-    assert len(params.runs()) == 5 * 27 * len(c.seed)
-    acr = params.score.acr
-    assert acr.enabled and acr.training_seeds is None and acr.epsilons is None and acr.max_secrets is None
-    assert params.data == parse_params(read_yaml(ROOT / "params.yaml")).data  # the default corpus
-    # the default's cube is its central configuration's neighbourhood: b, T, η of the default within the preset's range
-    default = parse_params(read_yaml(ROOT / "params.yaml")).cube
-    assert min(c.batch_size) <= min(default.batch_size) and max(default.batch_size) <= max(c.batch_size)
+    raw = resolve_preset(name, ROOT)  # validates every part of a one-at-a-time design (tests/test_study_design.py)
+    union_params(raw, [p for _, p in parts(raw)])
 
 
 def test_a_study_trains_and_scores_its_cube_one_epsilon_at_a_time_each_pattern_matching_exactly_its_items():

@@ -62,7 +62,8 @@ def merge(base: dict, overlay: dict) -> dict:
 
 def resolve_preset(name: str, root: Path, data_path: str | None = None) -> dict:
     """``params.yaml`` with the preset merged over it and file paths made absolute (``data_path``
-    overrides ``data.path``); validated."""
+    overrides ``data.path``); validated, each part of its design (:mod:`empriv.study_design`; the preset's ``study``
+    section stays in the returned mapping)."""
     overlay = read_yaml(preset_path(name, root))
     if not isinstance(overlay, dict):
         raise ConfigError(f"preset {name!r} must be a mapping of params sections")
@@ -77,7 +78,10 @@ def resolve_preset(name: str, root: Path, data_path: str | None = None) -> dict:
     raw["inputs"] = expected_inputs((raw.get("data") or {}).get("path"), (raw.get("secrets") or {}).get("overrides"),
                                     (raw.get("base") or {}).get("name"),
                                     (raw.get("data") or {}).get("public_path"))  # the raw files DVC tracks (input@<key>)
-    parse_params(raw)  # fails here, before any worktree or output is touched
+    from empriv.study_design import parts
+
+    for _, part in parts(raw):  # the preset's `study` section (its design) is checked, then every part's params
+        parse_params(part)  # fails here, before any worktree or output is touched
     return raw
 
 
@@ -184,18 +188,38 @@ def run_waiting(cmd: list[str], **kwargs) -> tuple[int, bool]:
 
 
 def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int | None = None) -> dict:
-    """Run preset ``name`` end to end (see the module docstring); returns ``study.json``'s content."""
+    """Run preset ``name`` end to end (see the module docstring); returns ``study.json``'s content. A one-at-a-time
+    design (:mod:`empriv.study_design`) runs its parts one after another, then the analysis of their union."""
+    from empriv.study_design import parts, study_section
+
     root = root.resolve()
     raw = resolve_preset(name, root, data_path)
     commit = _run(["git", "rev-parse", "HEAD"], root, capture_output=True).stdout.strip()
-    work = root / STUDIES_DIR / name
+    plan = parts(raw)
+    if study_section(raw)["design"] == "product":
+        return _run_part(name, plan[0][1], root, commit, root / STUDIES_DIR / name, root / RESULTS_DIR / name, jobs)
+    done = []
+    for part, part_raw in plan:
+        done.append(_run_part(f"{name}.{part}", part_raw, root, commit, root / STUDIES_DIR / f"{name}.{part}",
+                              root / RESULTS_DIR / name / PARTS_DIR / part, jobs))
+    return _run_union(name, raw, plan, root, commit, done)
+
+
+PARTS_DIR = "parts"  # results/<name>/parts/<part>/: each part's own results (one-at-a-time design)
+
+
+def _checkout(work: Path, root: Path, commit: str) -> None:
     if not work.exists():
         _run(["git", "worktree", "add", "--detach", str(work), commit], root, capture_output=True)
     else:
         _run(["git", "checkout", "--detach", "--force", commit], work, capture_output=True)
+
+
+def _run_part(name: str, raw: dict, root: Path, commit: str, work: Path, out: Path, jobs: int | None) -> dict:
+    """One product cube's whole pipeline in worktree ``work``, its results copied into ``out``."""
+    _checkout(work, root, commit)
     _write_params(raw, work / "params.yaml")
     (work / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {root / '.dvc' / 'cache'}\n")
-    out = root / RESULTS_DIR / name
     out.mkdir(parents=True, exist_ok=True)
     timing = out / "cost.jsonl"  # appended to: a study stopped and run again resumes (DVC skips finished stages)
     if not (work / "dvc.lock").exists():
@@ -219,37 +243,83 @@ def run_study(name: str, root: Path, *, data_path: str | None = None, jobs: int 
                     stderr=subprocess.STDOUT)
     if interrupted:  # no results/ copy of a half-run study: the last complete one stays
         raise StudyInterrupted(f"study {name!r}: interrupted during `{shown}` (exit status {returncode}), which "
-                               f"committed what had finished; run `empriv study run {name}` again to resume")
+                               f"committed what had finished; run `empriv study run {name.split('.')[0]}` again to "
+                               "resume")
     wall = time.time() - started
-    study = collect(name, root, raw=raw, commit=commit, exit_code=returncode, wall_time_s=wall)
+    study = collect(name, root, raw=raw, commit=commit, exit_code=returncode, wall_time_s=wall, work=work, out=out)
     if returncode != 0:
         raise RuntimeError(f"study {name!r}: `{shown}` "
                            f"failed with exit code {returncode}; see {out / 'dvc_repro.log'}")
     return study
 
 
+def _run_union(name: str, raw: dict, plan: list[tuple[str, dict]], root: Path, commit: str, done: list[dict]) -> dict:
+    """The analysis of a one-at-a-time design's union (:func:`empriv.study_design.analyze_union`) in
+    ``.studies/<name>``, its outputs copied into ``results/<name>/`` with ``study.json`` over all parts."""
+    work, out = root / STUDIES_DIR / name, root / RESULTS_DIR / name
+    _checkout(work, root, commit)
+    base = {k: v for k, v in raw.items() if k != "study"}
+    _write_params(base, work / "params.yaml")
+    spec = work / ".empriv" / "union.json"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(json.dumps({"raw": raw, "parts": [p for _, p in plan], "work": str(work),
+                                "part_works": [str(root / STUDIES_DIR / f"{name}.{part}") for part, _ in plan]}))
+    env = {**study_env(work, out / "cost.jsonl"), "WANDB_MODE": "disabled"}  # each part's runs went to W&B already
+    started = time.time()
+    with open(out / "analyze_union.log", "w", encoding="utf-8") as log:
+        returncode, interrupted = run_waiting([sys.executable, "-m", "empriv.study_design", str(spec)], cwd=work,
+                                              env=env, stdout=log, stderr=subprocess.STDOUT)
+    if interrupted or stopped_by_signal(returncode):
+        raise StudyInterrupted(f"study {name!r}: interrupted during the analysis of its parts' union; run "
+                               f"`empriv study run {name}` again (the parts are done: it only re-analyses)")
+    if returncode != 0:
+        raise RuntimeError(f"study {name!r}: the analysis of its parts' union failed with exit code {returncode}; "
+                           f"see {out / 'analyze_union.log'}")
+    records = []
+    for part, _ in plan:
+        timing = out / PARTS_DIR / part / "cost.jsonl"
+        if timing.exists():
+            records += [json.loads(line) for line in timing.read_text().splitlines() if line.strip()]
+    study = collect(name, root, raw=base, commit=commit, exit_code=0, work=work, out=out, items=UNION_COPIED,
+                    cost_records=records, only_written=False, wall_time_s=sum(d.get("wall_time_s") or 0 for d in done)
+                    + time.time() - started)
+    design = {"design": "one-at-a-time", "parts": [
+        {"part": part, "results": (Path(RESULTS_DIR) / name / PARTS_DIR / part).as_posix(),
+         "dvc_repro_exit_code": d.get("dvc_repro_exit_code"), "wall_time_s": d.get("wall_time_s")}
+        for (part, _), d in zip(plan, done)]}
+    study = {**study, **design}
+    (out / "study.json").write_text(json.dumps(study, indent=2) + "\n")
+    return study
+
+
+UNION_COPIED = ("metrics", "records", "plots/analysis", "reports/report.html", "params.yaml")
+
+
 def collect(name: str, root: Path, *, raw: dict | None = None, commit: str | None = None, exit_code: int | None = None,
-            wall_time_s: float | None = None) -> dict:
+            wall_time_s: float | None = None, work: Path | None = None, out: Path | None = None,
+            items: tuple[str, ...] = COPIED, cost_records: list[dict] | None = None, only_written: bool = True) -> dict:
     """Copy a study's results from its worktree into ``results/<name>/`` and write ``cost.csv`` and
     ``study.json`` (``empriv study collect``: again, without running anything). Values not given are
     kept from an earlier ``study.json``."""
     root = root.resolve()
-    work, out = root / STUDIES_DIR / name, root / RESULTS_DIR / name
+    work = work or root / STUDIES_DIR / name
+    out = out or root / RESULTS_DIR / name
     if not (work / "params.yaml").exists():
         raise ConfigError(f"study {name!r} has no worktree at {work}: run `empriv study run {name}` first")
     raw = raw if raw is not None else read_yaml(work / "params.yaml")
     out.mkdir(parents=True, exist_ok=True)
     earlier = json.loads((out / "study.json").read_text()) if (out / "study.json").exists() else {}
     timing = out / "cost.jsonl"
-    records = [json.loads(line) for line in timing.read_text().splitlines()] if timing.exists() else []
+    records = (cost_records if cost_records is not None else
+               [json.loads(line) for line in timing.read_text().splitlines()] if timing.exists() else [])
     written = study_written_files(work)
 
     def stale(directory: str, names: list[str]) -> list[str]:
         """Files the study did not write: the worktree also holds every output committed for the default run."""
         rel = Path(directory).relative_to(work)
-        return [n for n in names if (work / rel / n).is_file() and (rel / n).as_posix() not in written]
+        return [n for n in names if only_written and (work / rel / n).is_file() and (rel / n).as_posix() not in written]
 
-    for item in COPIED:
+    for item in items:
         src, dst = work / item, out / item
         if src.is_dir():
             shutil.rmtree(dst, ignore_errors=True)

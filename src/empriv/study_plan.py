@@ -390,7 +390,10 @@ def plan_preset(name: str, root: Path, data_path: str | None = None) -> dict:
     """Validate preset ``name`` (as ``empriv study run`` does) and plan it."""
     from empriv.study import resolve_preset
 
-    params = parse_params(resolve_preset(name, root.resolve(), data_path))
+    from empriv.study_design import parts, union_params
+
+    raw = resolve_preset(name, root.resolve(), data_path)
+    params = union_params(raw, [p for _, p in parts(raw)])  # a one-at-a-time design: the union of its parts' runs
     model_size(params)  # an unknown base is its one error line before any warning about the benchmark files
     return {"preset": name, **plan(params, read_measurements(root.resolve()))}
 
