@@ -164,3 +164,41 @@ def test_the_research_cpu_preset_is_the_research_one_at_a_time_design_at_cpu_sca
     assert params.data == parse_params(read_yaml(ROOT / "params.yaml")).data  # the default corpus
     default = parse_params(read_yaml(ROOT / "params.yaml")).cube
     assert min(c.batch_size) <= min(default.batch_size) and max(default.batch_size) <= max(c.batch_size)
+
+
+def test_study_collect_copies_every_part_then_the_union_keeping_the_design(tmp_path):
+    """``empriv study collect`` of a one-at-a-time preset: each part's results into results/<name>/parts/<part>/
+    (only what that part wrote: its worktree also holds the default's committed files), the union's outputs into
+    results/<name>/, study.json keeping the parts and summing their cost."""
+    import subprocess
+
+    from empriv.study import collect_study
+
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    (tmp_path / "presets" / "x.yaml").write_text(
+        "study: {design: one-at-a-time}\ncube: {batch_size: [8, 16, 32], steps: [4], learning_rate: [0.01]}\n"
+        "audit: {cube: {batch_size: [16], steps: [4], learning_rate: [0.01]}}\n")
+    work = tmp_path / ".studies" / "x.batch_size"
+    _write(work / "records/score/committed.json", {"default": True})
+    _write(work / "params.yaml", {})
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "x", "--allow-empty"],
+                   cwd=work, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=work, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "default"], cwd=work,
+                   check=True)
+    _write(work / "records/score/ran.json", {"part": "batch_size"})
+    out = tmp_path / "results" / "x"
+    _write(out / "parts/batch_size/cost.jsonl", {})
+    (out / "parts/batch_size/cost.jsonl").write_text(
+        json.dumps({"stage": "train@a", "wall_s": 2.0, "cpu_s": 1.5, "peak_rss_mb": 10.0}) + "\n")
+    union = tmp_path / ".studies" / "x"
+    _write(union / "params.yaml", {})
+    _write(union / "records/score/union.json", {"union": True})
+    _write(out / "study.json", {"design": "one-at-a-time", "parts": [{"part": "batch_size"}]})
+    study = collect_study("x", tmp_path)
+    assert sorted(p.name for p in (out / "parts/batch_size/records/score").iterdir()) == ["ran.json"]
+    assert (out / "records/score/union.json").is_file()
+    assert study["design"] == "one-at-a-time" and study["parts"] == [{"part": "batch_size"}]
+    assert study["stage_cpu_s_total"] == 1.5 and study["preset"] == "x"

@@ -121,9 +121,9 @@ def _study_plan(args) -> int:
 
 
 def _study_collect(args) -> int:
-    from empriv.study import collect
+    from empriv.study import collect_study
 
-    print(json.dumps(collect(args.preset, Path(args.root)), indent=2))  # a ConfigError: one line each, exit 2 (main)
+    print(json.dumps(collect_study(args.preset, Path(args.root)), indent=2))  # a ConfigError: one line each, exit 2 (main)
     return 0
 
 

@@ -287,12 +287,32 @@ def _run_union(name: str, raw: dict, plan: list[tuple[str, dict]], root: Path, c
         {"part": part, "results": (Path(RESULTS_DIR) / name / PARTS_DIR / part).as_posix(),
          "dvc_repro_exit_code": d.get("dvc_repro_exit_code"), "wall_time_s": d.get("wall_time_s")}
         for (part, _), d in zip(plan, done)]}
-    study = {**study, **design}
+    study = {**design, **{k: v for k, v in study.items() if k not in design}}
     (out / "study.json").write_text(json.dumps(study, indent=2) + "\n")
     return study
 
 
 UNION_COPIED = ("metrics", "records", "plots/analysis", "reports/report.html", "params.yaml")
+
+
+def collect_study(name: str, root: Path) -> dict:
+    """``empriv study collect <name>``: :func:`collect` again, without running anything — for a one-at-a-time
+    design, every part's results and then the union's (its analysis as last run; the parts' cost summed)."""
+    from empriv.study_design import parts, study_section
+
+    root = root.resolve()
+    preset = preset_path(name, root)
+    raw = read_yaml(preset)
+    if not isinstance(raw, dict) or study_section(raw)["design"] == "product":
+        return collect(name, root)
+    records = []
+    for part, _ in parts(resolve_preset(name, root)):
+        out = root / RESULTS_DIR / name / PARTS_DIR / part
+        collect(f"{name}.{part}", root, work=root / STUDIES_DIR / f"{name}.{part}", out=out)
+        timing = out / "cost.jsonl"
+        if timing.exists():
+            records += [json.loads(line) for line in timing.read_text().splitlines() if line.strip()]
+    return collect(name, root, items=UNION_COPIED, cost_records=records, only_written=False)
 
 
 def collect(name: str, root: Path, *, raw: dict | None = None, commit: str | None = None, exit_code: int | None = None,
@@ -312,7 +332,7 @@ def collect(name: str, root: Path, *, raw: dict | None = None, commit: str | Non
     timing = out / "cost.jsonl"
     records = (cost_records if cost_records is not None else
                [json.loads(line) for line in timing.read_text().splitlines()] if timing.exists() else [])
-    written = study_written_files(work)
+    written = study_written_files(work) if only_written else set()
 
     def stale(directory: str, names: list[str]) -> list[str]:
         """Files the study did not write: the worktree also holds every output committed for the default run."""
@@ -333,7 +353,8 @@ def collect(name: str, root: Path, *, raw: dict | None = None, commit: str | Non
             writer = csv.DictWriter(fh, fieldnames=list(cost[0]))
             writer.writeheader()
             writer.writerows(cost)
-    study = {"preset": name,
+    study = {**{k: earlier[k] for k in ("design", "parts") if k in earlier},  # a one-at-a-time design's
+             "preset": name,
              "commit": commit or earlier.get("commit"),
              "dvc_repro_exit_code": exit_code if exit_code is not None else earlier.get("dvc_repro_exit_code"),
              "wall_time_s": round(wall_time_s, 1) if wall_time_s is not None else earlier.get("wall_time_s"),
