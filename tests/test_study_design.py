@@ -7,7 +7,8 @@ import pytest
 
 from empriv.config import ConfigError, parse_params, read_yaml
 from empriv.study import resolve_preset
-from empriv.study_design import analyze_union, centre, gather, part_name, parts, study_section, union_params
+from empriv.pipeline.analyze_union import analyze_union
+from empriv.study_design import centre, gather, part_name, parts, study_section, union_params
 
 ROOT = Path(__file__).resolve().parents[1]
 

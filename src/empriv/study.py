@@ -254,7 +254,7 @@ def _run_part(name: str, raw: dict, root: Path, commit: str, work: Path, out: Pa
 
 
 def _run_union(name: str, raw: dict, plan: list[tuple[str, dict]], root: Path, commit: str, done: list[dict]) -> dict:
-    """The analysis of a one-at-a-time design's union (:func:`empriv.study_design.analyze_union`) in
+    """The analysis of a one-at-a-time design's union (:func:`empriv.pipeline.analyze_union.analyze_union`) in
     ``.studies/<name>``, its outputs copied into ``results/<name>/`` with ``study.json`` over all parts."""
     work, out = root / STUDIES_DIR / name, root / RESULTS_DIR / name
     _checkout(work, root, commit)
@@ -267,7 +267,7 @@ def _run_union(name: str, raw: dict, plan: list[tuple[str, dict]], root: Path, c
     env = {**study_env(work, out / "cost.jsonl"), "WANDB_MODE": "disabled"}  # each part's runs went to W&B already
     started = time.time()
     with open(out / "analyze_union.log", "w", encoding="utf-8") as log:
-        returncode, interrupted = run_waiting([sys.executable, "-m", "empriv.study_design", str(spec)], cwd=work,
+        returncode, interrupted = run_waiting([sys.executable, "-m", "empriv.pipeline.analyze_union", str(spec)], cwd=work,
                                               env=env, stdout=log, stderr=subprocess.STDOUT)
     if interrupted or stopped_by_signal(returncode):
         raise StudyInterrupted(f"study {name!r}: interrupted during the analysis of its parts' union; run "

@@ -16,7 +16,7 @@ each a complete DVC pipeline in a worktree of its own (a *part*):
 The central configuration belongs to every axis part; its runs are trained once — the parts share the project's DVC
 cache, and DVC's run-cache restores a stage whose command, dependencies and params were seen before.
 
-Then :func:`analyze_union` runs the analyze stage's own code over the union of the parts' runs (each configuration
+Then :func:`empriv.pipeline.analyze_union.analyze_union` runs the analyze stage's own code over the union of the parts' runs (each configuration
 once) in ``.studies/<name>`` with :class:`UnionParams`: the research's Fig. 2, Table 8, Table 2 and Fig. 5 over the
 whole design, the same outputs as the analyze stage (records/analysis.json, metrics, plots/analysis, the report).
 That step is not a DVC stage of its own (no matrix expresses the union); its inputs are the parts' DVC outputs.
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 from empriv.config import ConfigError
@@ -213,33 +212,3 @@ def gather(parts: list[tuple[Path, object]], work: Path) -> list[str]:
             shutil.copyfile(part_work / rel, work / rel)
             copied[rel.as_posix()] = None
     return list(copied)
-
-
-def analyze_union(raw: dict, part_raws: list[dict], part_works: list[Path], work: Path) -> dict:
-    """The analyze stage's code over the union of the parts' runs, in ``work`` (run as ``python -m
-    empriv.study_design`` with ``work`` as the working directory and its ``src`` first on the path)."""
-    import os
-
-    from empriv.config import parse_params
-    from empriv.pipeline.analyze import main as analyze
-
-    params = union_params(raw, part_raws)
-    gather([(Path(w), parse_params(p)) for w, p in zip(part_works, part_raws)], work)
-    cwd = os.getcwd()
-    os.chdir(work)
-    try:
-        return analyze(params)
-    finally:
-        os.chdir(cwd)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m empriv.study_design <spec.json>``: :func:`analyze_union` from a JSON spec (``raw``, ``parts``,
-    ``part_works``, ``work``) — what ``empriv study run`` calls in the union's worktree."""
-    spec = json.loads(Path((argv or sys.argv[1:])[0]).read_text(encoding="utf-8"))
-    analyze_union(spec["raw"], spec["parts"], [Path(p) for p in spec["part_works"]], Path(spec["work"]))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
