@@ -52,6 +52,19 @@ def main(path: str) -> None:
         print(f"| {e} | {ret.get('n_kept')}/{ret.get('n_configs')} | {fr} | {ra} | {acr} | "
               f"{_f(variance.get(e, {}).get('std'))} | {_f(t8.get('randomness'))} | {_f(t8.get('hyperparameter'))} | "
               f"{_f(t8.get('ratio'))} | {_f((t8.get('all') or {}).get('ratio'))} |")
+    svc = a.get("seed_vs_configuration") or {}
+    others = [k for k in ("acr_success_rate", "exposure_gap_mean", "vmr_mean") if k in svc]
+    if others:
+        print("\nTable 8 on other scores: configuration std / seed std = ratio (kept configurations):\n")
+        print("| ε | " + " | ".join(others) + " |")
+        print("|---|" + "---|" * len(others))
+        for e in eps_all:
+            cells = []
+            for k in others:
+                t = svc[k].get(e) or {}
+                cells.append(f"{_f(t.get('hyperparameter'))} / {_f(t.get('randomness'))} = {_f(t.get('ratio'))}"
+                             if t else "–")
+            print(f"| {e} | " + " | ".join(cells) + " |")
     print("\nTable 2 (individual; kept configurations' runs):\n")
     print("| ε | n | R² | log b | log T | log η |")
     print("|---|---|---|---|---|---|")
