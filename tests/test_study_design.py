@@ -144,7 +144,7 @@ def test_a_part_that_has_not_finished_stops_the_union_with_the_missing_file(tmp_
 
 def test_the_research_cpu_preset_is_the_research_one_at_a_time_design_at_cpu_scale():
     """ε ∈ {1, 2, 4, 8, ∞}, b, T and η at three values each around a centre (b 256, T 75, η 0.005) one at a time,
-    two configurations of equal compute at another b (Fig. 5 d), ≥ 3 seeds, ACR on every run and every string
+    a configuration of equal compute at another b (Fig. 5 d), ≥ 3 seeds, ACR on every run and every string
     secret, on the default corpus (issue 41)."""
     raw = resolve_preset("research-cpu", ROOT)
     plan = parts(raw)
@@ -153,13 +153,13 @@ def test_the_research_cpu_preset_is_the_research_one_at_a_time_design_at_cpu_sca
     assert c.epsilon == [1, 2, 4, 8, float("inf")] and len(c.seed) >= 3
     assert centre(raw) == {"batch_size": 256, "steps": 75, "learning_rate": 0.005}
     configs = {(r.batch_size, r.steps, r.learning_rate) for r in params.runs()}
-    assert len(configs) == 9 and len(params.runs()) == 9 * 5 * len(c.seed)
+    assert len(configs) == 8 and len(params.runs()) == 8 * 5 * len(c.seed)
     for axis in ("batch_size", "steps", "learning_rate"):
         assert len({getattr(r, axis) for r in params.runs()}) == 3
     computes = {}
     for b, t, lr in configs:  # Fig. 5 (d): equal compute b·T and η, different b
         computes.setdefault((b * t, lr), set()).add(b)
-    assert sum(len(bs) >= 2 for bs in computes.values()) >= 2
+    assert sum(len(bs) >= 2 for bs in computes.values()) >= 1
     acr = params.score.acr
     assert acr.enabled and acr.training_seeds is None and acr.epsilons is None and acr.max_secrets is None
     assert params.data == parse_params(read_yaml(ROOT / "params.yaml")).data  # the default corpus
