@@ -73,6 +73,7 @@ COVERED_ELSEWHERE = {
     "empriv.pipeline.adaptation_audit": ("tests/test_adaptation_pipeline.py", "dvc.yaml"),
     "empriv.pipeline.adaptation_data": ("tests/test_adaptation_pipeline.py", "dvc.yaml"),
     "empriv.pipeline.analyze": ("tests/test_pipeline.py", "dvc.yaml"),
+    "empriv.pipeline.analyze_union": ("tests/test_study_design.py", None),
     "empriv.pipeline.audit": ("tests/infra/test_tracking.py", None),
     "empriv.pipeline.base": ("tests/test_pipeline.py", "dvc.yaml"),
     "empriv.pipeline.canaries": ("tests/infra/test_tracking.py", 'empriv.pipeline.audit'),
