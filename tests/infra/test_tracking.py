@@ -718,3 +718,34 @@ def test_wandb_write_command_writes_changed_runs_only(offline, capsys):
     assert "wrote 1 offline W&B run(s)" in capsys.readouterr().out
     (copy,) = local_copies(offline, run_id("empriv", "workspace", run.name))
     assert run_contents(copy)["summary"]["score/test_nll"] == 3.5
+
+
+def test_a_run_that_a_stage_is_tracking_is_left_to_it_not_waited_for(offline, caplog):
+    """A stage's tracker holds its run's journal lock from start to finish (minutes of training, possibly a study's
+    stage sharing the project root): writing the offline runs skips that run, with one line, instead of waiting on
+    the lock, and writes it on a later call once the stage has ended."""
+    import time
+
+    from empriv.config import RunConfig
+
+    params, scrub = tiny_params(), SecretScrubber()
+    done, busy = RunConfig(8.0, 16, 6, 0.01, 0), RunConfig(8.0, 16, 6, 0.01, 1)
+    with open_configuration_run(params, done, section="train", scrub=scrub) as t:
+        t.log({"train/step": 1, "train/loss": 1.0})
+    with open_configuration_run(params, busy, section="train", scrub=scrub) as t:
+        t.log({"train/step": 1, "train/loss": 2.0})
+    tracking = open_configuration_run(params, busy, section="score", scrub=scrub)  # a stage running now
+    try:
+        started = time.monotonic()
+        with caplog.at_level("INFO", logger="empriv.tracking"):
+            assert write_offline_runs(offline) == [run_id("empriv", "workspace", done.name)]
+        assert time.monotonic() - started < 60  # it did not wait for the stage
+        busy_id = run_id("empriv", "workspace", busy.name)
+        assert f"W&B: 1 run(s) left to the stages tracking them now ({busy_id}); a later call writes them" in caplog.messages
+        assert local_copies(offline, busy_id) == []
+        tracking.summary({"score/test_nll": 3.0})
+    finally:
+        tracking.finish()
+    assert write_offline_runs(offline) == [busy_id]
+    (copy,) = local_copies(offline, busy_id)
+    assert run_contents(copy)["summary"]["score/test_nll"] == 3.0

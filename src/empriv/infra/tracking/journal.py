@@ -53,6 +53,28 @@ def journal_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def journal_lock_if_free(path: Path) -> Iterator[bool]:
+    """The journal's lock if no other process holds it: yields True while held, False (not waiting) when another
+    process has it — a stage's tracker holds its run's lock from start to finish, minutes of training."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no concurrent stages to serialise
+            yield True
+            return
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 _RUN_DIR = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-(?P<rest>.+)$")
 
 

@@ -6,8 +6,8 @@ import logging
 import os
 from pathlib import Path
 
-from empriv.infra.tracking.journal import (discard_copy, dump_journal, journal_digest, journal_dir, journal_lock,
-                                           local_copies, merged_sections, ordered_sections, read_journal,
+from empriv.infra.tracking.journal import (discard_copy, dump_journal, journal_digest, journal_dir,
+                                           journal_lock_if_free, local_copies, merged_sections, ordered_sections, read_journal,
                                            retire_older_copies)
 from empriv.infra.tracking.naming import tracking_root
 from empriv.infra.tracking.runs import CONFIGURATION_JOB, define_axis, init_wandb, media_of
@@ -30,11 +30,14 @@ def write_offline_runs(root: str | Path | None = None, *, force: bool = False) -
     jdir = journal_dir(root)
     if not jdir.is_dir():
         return []
-    start, written = time.monotonic(), []  # (run id, journal digest, new copy, the older copies)
+    start, written, busy = time.monotonic(), [], []  # written: (run id, journal digest, new copy, older copies)
     try:
         for path in sorted(jdir.glob("*.json")):
             rid = path.stem
-            with journal_lock(jdir / f"{rid}.lock"):
+            with journal_lock_if_free(jdir / f"{rid}.lock") as free:
+                if not free:  # a stage (of this workspace or of a study sharing the root) is tracking it now: its
+                    busy.append(rid)  # section lands in the journal when it ends, for the next call to write
+                    continue
                 journal = read_journal(root, rid)
                 if not journal.get("sections") or not journal.get("name"):
                     continue
@@ -48,6 +51,9 @@ def write_offline_runs(root: str | Path | None = None, *, force: bool = False) -
     finally:  # also when a run failed: the runs written before it replace their older copies
         if written:
             _retire_older_copies(root, written)
+    if busy:
+        log.info("W&B: %d run(s) left to the stages tracking them now (%s); a later call writes them", len(busy),
+                 ", ".join(busy[:3]) + (" …" if len(busy) > 3 else ""))
     if written:
         log.info("W&B: wrote %d offline run(s) to %s in %.1f s (upload with: wandb sync --sync-all %s)",
                  len(written), root / "wandb", time.monotonic() - start, root / "wandb")
@@ -63,9 +69,9 @@ def _retire_older_copies(root: Path, written: list[tuple[str, str, Path, list[Pa
     # inherited through WANDB_SERVICE is not ours to end: retire_older_copies waits for each log all the same)
     end_service()
     for rid, digest, new, older in written:
-        with journal_lock(journal_dir(root) / f"{rid}.lock"):
-            if not new.is_dir():  # a later writer has replaced this copy already
-                continue
+        with journal_lock_if_free(journal_dir(root) / f"{rid}.lock") as free:
+            if not free or not new.is_dir():  # a stage tracks it now, or a later writer replaced this copy: the
+                continue  # older copies stay until the next writing, the journal stays unwritten
             if retire_older_copies(rid, new, older):
                 journal = read_journal(root, rid)
                 if journal_digest(journal) == digest:  # else a stage changed it since: the next call writes it
