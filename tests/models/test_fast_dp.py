@@ -225,10 +225,14 @@ def test_model_is_restored_and_plain_grads_untouched():
 def test_errors_are_one_line_value_errors():
     model = build("gpt2-full")
     kw = dict(noise_multiplier=1.0, expected_batch_size=4, generator=None)
-    with pytest.raises(ValueError, match="clip_norm must be > 0, got 0"):
+    with pytest.raises(ValueError, match=r"clip_norm: out of range \(got 0; allowed: a finite number > 0\)"):
         fast_dp_step(model, IDS, MASK, clip_norm=0, **kw)
-    with pytest.raises(ValueError, match="noise_multiplier must be >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"noise_multiplier: out of range \(got -1; allowed: a finite number >= 0\)"):
         fast_dp_step(model, IDS, MASK, clip_norm=1.0, noise_multiplier=-1, expected_batch_size=4, generator=None)
+    for key, bad in (("clip_norm", float("inf")), ("noise_multiplier", float("inf")), ("expected_batch_size", float("nan"))):
+        args = {"clip_norm": 1.0, **kw, key: bad}  # infinite noise or clipping is no DP step: never a NaN model
+        with pytest.raises(ValueError, match=rf"{key}: not a finite number \(got {bad}; allowed: a finite number"):
+            fast_dp_step(model, IDS, MASK, **args)
     with pytest.raises(ValueError, match="mode must be one of auto, ghost, explicit, got 'fast'"):
         fast_dp_step(model, IDS, MASK, clip_norm=1.0, mode="fast", **kw)
     with pytest.raises(ValueError, match=r"micro_batch_size \(None: the whole batch at once\): "

@@ -63,14 +63,13 @@ example's loss, norm and clip factor is returned in the order the batch was give
 from __future__ import annotations
 
 import contextlib
-import numbers
 import weakref
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from empriv.checks import require_int
+from empriv.checks import require_int, require_real
 from empriv.models.recording import (  # noqa: F401  (re-exported)
     _HF_RMSNORM_NAMES,
     _recording,
@@ -239,12 +238,6 @@ def _ghost_clipped_sum(uses: list[tuple], param: torch.Tensor, factors: torch.Te
 # ----------------------------------------------------------------------------- the step
 
 
-def _check_positive(name: str, value, *, allow_zero: bool = False):
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-
-
 def fast_dp_step(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, clip_norm: float,
                  noise_multiplier: float, expected_batch_size: float, generator: torch.Generator | None,
                  micro_batch_size: int | None = None, trim: bool = True, sort_by_length: bool = True,
@@ -265,9 +258,9 @@ def fast_dp_step(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, cli
     The model's train/eval mode is left as it is (the caller sets it). An empty batch gives noise / b.
     Returns the examples' losses, gradient norms and clip factors in the batch's order.
     """
-    _check_positive("clip_norm", clip_norm)
-    _check_positive("noise_multiplier", noise_multiplier, allow_zero=True)
-    _check_positive("expected_batch_size", expected_batch_size)
+    require_real("clip_norm", clip_norm, gt=0)
+    require_real("noise_multiplier", noise_multiplier, ge=0)
+    require_real("expected_batch_size", expected_batch_size, gt=0)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if micro_batch_size is not None:

@@ -23,7 +23,6 @@ reproduces the ``DPOptimizer`` step of :mod:`empriv.train.dp`.
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from dataclasses import dataclass
 
@@ -116,14 +115,11 @@ def dp_step(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, *, clip_nor
     ``torch.normal(0, σC, p.shape, generator=generator)`` (none drawn when σ = 0), as opacus'
     ``DPOptimizer`` does; b = ``expected_batch_size``. An empty batch gives noise / b.
     """
-    if isinstance(clip_norm, bool) or not isinstance(clip_norm, numbers.Real) or not clip_norm > 0:
-        raise ValueError(f"clip_norm must be > 0, got {clip_norm!r}")
-    if isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, numbers.Real) \
-            or not noise_multiplier >= 0:
-        raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier!r}")
-    if isinstance(expected_batch_size, bool) or not isinstance(expected_batch_size, numbers.Real) \
-            or not expected_batch_size > 0:
-        raise ValueError(f"expected_batch_size must be > 0, got {expected_batch_size!r}")
+    from empriv.checks import require_real
+
+    require_real("clip_norm", clip_norm, gt=0)
+    require_real("noise_multiplier", noise_multiplier, ge=0)
+    require_real("expected_batch_size", expected_batch_size, gt=0)
     _, params, grads, losses = _per_sample(model, ids, mask)
     n = ids.shape[0]
     if n:
