@@ -26,6 +26,7 @@ from empriv.data.synthetic import (
     render_email,
     secret_values,
 )
+from empriv.data.synthetic.corpus import MAX_ADDRESS_LIST_CHARS
 
 
 def _texts(c):
@@ -207,10 +208,24 @@ def test_secret_sits_within_first_64_bpe_tokens(corpus, public_bpe):
 
 
 def test_planted_address_lists_name_two_people():
-    """Three names make a ~57-token secret that leaves no room for an ACR prompt in a 64-token window; random (non
-    secret) address lists keep 2-3 names."""
+    """Three names make a ~57-token secret that leaves no room for an ACR prompt in a 64-token window, and a planted
+    list is at most MAX_ADDRESS_LIST_CHARS long; random (non secret) address lists keep 2-3 names of any length."""
     secrets = make_secrets(random.Random(0), tuple([0.01] * 40))
     lists = [s.text for s in secrets if s.kind == "address_list"]
     assert len(lists) == 8 and all(t.count("@") == 2 for t in lists)
+    assert MAX_ADDRESS_LIST_CHARS == 48 and max(len(t) for t in lists) <= 48
     rng = random.Random(1)
-    assert {address_list(rng).count("@") for _ in range(200)} == {2, 3}
+    drawn = [address_list(rng) for _ in range(200)]
+    assert {t.count("@") for t in drawn} == {2, 3}
+    assert sum(len(t) > 48 and t.count("@") == 2 for t in drawn) > 20  # the cap rejects lists the generator makes
+
+
+def test_default_secrets_keep_the_frequent_address_lists_short():
+    """The default corpus (data.seed 0, ten frequent secrets): its two frequent address lists are two short entries; the long list that no
+    search found under DP (secret-07 before the cap) is not planted."""
+    frequencies = (0.10, 0.095, 0.09, 0.085, 0.08, 0.075, 0.07, 0.065, 0.06, 0.055, 0.01, 0.005, 0.002, 0.001, 0.0001)
+    secrets = make_secrets(random.Random(0), frequencies)  # params.yaml's data.secret_frequencies
+    lists = {s.id: s.text for s in secrets if s.kind == "address_list"}
+    assert lists["secret-02"] == "Phillip Cash/PDX/ECT@ECT, Kim Ward/PDX/ECT@ECT"
+    assert lists["secret-07"] == "Bill Neal/CAL/ECT@ECT, Sheri Sanders/CAL/ECT@ECT"
+    assert not any("Haedicke" in s.text for s in secrets)

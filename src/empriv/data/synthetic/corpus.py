@@ -32,6 +32,12 @@ def _random_email(rng: random.Random, forbidden: tuple[str, ...]) -> str:
             return text
 
 
+# A planted address list is at most this long: two short entries (~35 tokens). A longer one (a 51-character list with
+# a surname the tokenizer splits into six pieces, planted at 6.5 %) was found by no ACR search at finite epsilon and by
+# 4 of 16 at epsilon = inf, so it measured the secret, not the configuration (docs/analysis.md#the-memorisation-regime).
+MAX_ADDRESS_LIST_CHARS = 48
+
+
 def make_secrets(rng: random.Random, frequencies: tuple[float, ...]) -> list[PlantedSecret]:
     secrets: list[PlantedSecret] = []
     seen: set[str] = set()
@@ -39,7 +45,7 @@ def make_secrets(rng: random.Random, frequencies: tuple[float, ...]) -> list[Pla
         kind = SECRET_KINDS[i % len(SECRET_KINDS)]
         while True:
             text = PII_GENERATORS[kind](rng)
-            if kind == "address_list" and text.count("@") > 2:
+            if kind == "address_list" and (text.count("@") > 2 or len(text) > MAX_ADDRESS_LIST_CHARS):
                 continue  # a planted list names two people: three (~57 tokens) leave no room in the window for a prompt
             if text not in seen and not any(text in s or s in text for s in seen):
                 break
