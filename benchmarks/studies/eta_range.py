@@ -1,12 +1,15 @@
-"""Would a wider learning-rate axis make the retention rule keep a strict subset at ε = 4 and 8 without losing the
-default's other results? Combines a finished default run with a probe that trained and scored one more η.
+"""Would a wider learning-rate (or steps) axis make the retention rule keep a strict subset at ε = 4 and 8 without
+losing the default's other results? Combines a finished default run with a probe that trained and scored one more
+value of the axis.
 
-    python benchmarks/studies/eta_range.py <default workspace> <probe workspace> [--eta 0.02]
+    python benchmarks/studies/eta_range.py <default workspace> <probe workspace> [--axis learning_rate --value 0.02]
+    python benchmarks/studies/eta_range.py <default workspace> <probe workspace> --axis steps --value 35
 
-The probe: a clone of the default with ``cube.epsilon: [4, 8]`` and ``cube.learning_rate: [0.02]``, run with
-``empriv sweep --engine local --stages train,score`` (16 runs; the default's own runs are deterministic, so they are
-read from the default workspace instead of being trained again). For three η axes — {0.005, η}, {0.01, η} and
-{0.005, 0.01, η} — and ε = 4 and 8 it prints: the configurations the retention rule keeps (≥ 90 % of the best
+The probe: a clone of the default with ``cube.epsilon: [4, 8]`` and the axis at its one new value (e.g.
+``cube.learning_rate: [0.02]``), run with ``empriv sweep --engine local --stages train,score`` (16 runs; the
+default's own runs are deterministic, so they are read from the default workspace instead of being trained again).
+For three axes — the default's low value and the new one, its high value and the new one, all three — and ε = 4
+and 8 it prints: the configurations the retention rule keeps (≥ 90 % of the best
 configuration's test-NLL gain over the base, the research's rule), the frequent secrets' searches found over all
 configurations, the Table 8 ratio of ACR over successes over the kept configurations, and the OLS coefficients of
 ACR over successes ~ log b + log T + log η over the kept configurations' runs; then each configuration's gain
@@ -55,17 +58,22 @@ def summarise(runs: list[dict], base: float, eps: int) -> None:
               f"{sum(x['acr_n_success'] for x in g[k])} / {sum(x['acr_n_searched'] for x in g[k])}")
 
 
+AXES = {"learning_rate": (0.005, 0.01), "steps": (50, 100)}  # the default cube's two values of each axis probed
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("default")
     ap.add_argument("probe")
-    ap.add_argument("--eta", type=float, default=0.02)
+    ap.add_argument("--axis", choices=sorted(AXES), default="learning_rate")
+    ap.add_argument("--value", type=float, default=0.02, help="the probe's one value of --axis")
     a = ap.parse_args(argv)
     base = json.load(open(f"{a.default}/records/base.json"))["test_nll"]
-    for etas in ([0.005, a.eta], [0.01, a.eta], [0.005, 0.01, a.eta]):
-        print("eta values", etas)
+    lo, hi = AXES[a.axis]
+    for values in ([lo, a.value], [hi, a.value], [lo, hi, a.value]):
+        print(a.axis, "values", values)
         for eps in (4, 8):
-            keep = lambda r: r["epsilon"] == eps and r["learning_rate"] in etas  # noqa: E731
+            keep = lambda r: r["epsilon"] == eps and r[a.axis] in values  # noqa: E731
             summarise(load(a.default, keep) + load(a.probe, keep), base, eps)
     return 0
 
