@@ -1,9 +1,10 @@
-"""Would a wider learning-rate (or steps) axis make the retention rule keep a strict subset at ε = 4 and 8 without
-losing the default's other results? Combines a finished default run with a probe that trained and scored one more
-value of the axis.
+"""Would a wider learning-rate (or steps, or batch-size) axis make the retention rule keep a strict subset at ε = 4
+and 8 without losing the default's other results? Combines a finished default run with a probe that trained and
+scored one more value of the axis.
 
     python benchmarks/studies/eta_range.py <default workspace> <probe workspace> [--axis learning_rate --value 0.02]
     python benchmarks/studies/eta_range.py <default workspace> <probe workspace> --axis steps --value 35
+    python benchmarks/studies/eta_range.py <default workspace> <probe workspace> --axis batch_size --value 128
 
 The probe: a clone of the default with ``cube.epsilon: [4, 8]`` and the axis at its one new value (e.g.
 ``cube.learning_rate: [0.02]``), run with ``empriv sweep --engine local --stages train,score`` (16 runs; the
@@ -58,7 +59,8 @@ def summarise(runs: list[dict], base: float, eps: int) -> None:
               f"{sum(x['acr_n_success'] for x in g[k])} / {sum(x['acr_n_searched'] for x in g[k])}")
 
 
-AXES = {"learning_rate": (0.005, 0.01), "steps": (50, 100)}  # the default cube's two values of each axis probed
+# the default cube's two values of each axis a probe can add a third to
+AXES = {"batch_size": (256, 512), "learning_rate": (0.005, 0.01), "steps": (50, 100)}
 
 
 def main(argv=None) -> int:
