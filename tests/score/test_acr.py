@@ -560,3 +560,20 @@ def test_skip_walks_down_past_a_failed_length(two_offsets, tok):
     assert published[0] == published[1]
     with pytest.raises(ValueError, match="skip"):
         ACRSearchParams(skip=-1)
+
+
+def test_greedy_tokens_is_argmax_with_its_tie_and_nan_rules():
+    """``greedy_tokens`` (the search's arg-max through ``max``) returns argmax's index: the first maximum of a tie,
+    a NaN as the maximum, in float32 and bfloat16, on search-shaped logits."""
+    from empriv.score.gcg import greedy_tokens
+
+    g = torch.Generator().manual_seed(0)
+    cases = [torch.randn(16, 6, 2048, generator=g),
+             torch.randint(0, 3, (64, 5, 40), generator=g).float(),  # many ties, first max must win
+             torch.randint(0, 3, (8, 4, 300), generator=g).to(torch.bfloat16)]
+    nan = torch.randn(8, 3, 50, generator=g)
+    nan[::2, :, 7] = float("nan")
+    nan[1::4, :, 2] = float("inf")
+    for x in cases + [nan]:
+        assert torch.equal(greedy_tokens(x), x.argmax(-1))
+    assert greedy_tokens(torch.tensor([[1.0, 3.0, 3.0, 0.0]])).tolist() == [1]

@@ -90,7 +90,7 @@ class _Objective:
             self.counts.forward_calls += 1
             self.counts.sequences += p.shape[0]
             losses.append(self._losses(logits))
-            wrong.append((logits.argmax(-1) != self.target).sum(1))
+            wrong.append((greedy_tokens(logits) != self.target).sum(1))
         return torch.cat(losses), torch.cat(wrong)
 
     def gradients(self, prompts: torch.Tensor, wrong_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -104,7 +104,7 @@ class _Objective:
         one_hot = F.one_hot(prompts, self.embed.shape[0]).to(self.embed.dtype).requires_grad_(True)
         x = torch.cat([one_hot @ self.embed, self.embed[self.target].detach().expand(B, -1, -1)], dim=1)
         logits = self._target_logits(L, inputs_embeds=x)
-        hits = logits.detach().argmax(-1) == self.target
+        hits = greedy_tokens(logits.detach()) == self.target
         if wrong_weight:
             per_token = self._token_losses(logits)
             weights = 1.0 + wrong_weight * (~hits).to(per_token.dtype)
@@ -117,6 +117,13 @@ class _Objective:
         self.counts.backward_calls += 1
         self.counts.sequences += B
         return grad, losses.detach(), hits.all(1)
+
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """The arg-max over the last dimension, the same index as ``argmax(-1)`` (the first maximum wins a tie; NaN
+    counts as the maximum), through ``max(-1)``: about half the CPU time of torch's ``argmax`` at the search's
+    [B, n, vocabulary] logits, where the arg-max was the largest single operation of a tiny model's ACR search."""
+    return logits.max(-1).indices
+
 
 def _accepts_logits_to_keep(model) -> bool:
     import inspect
